@@ -3,6 +3,9 @@ package qpack
 import (
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/qpack-go/qpack/safetensors"
 )
 
 // Sentinel errors a caller can test with errors.Is. Every error the reader
@@ -52,4 +55,18 @@ func wrapErr(file, key string, err error) error {
 		return err
 	}
 	return &Error{File: file, Key: key, Err: err}
+}
+
+// denseErr converts an error from the safetensors package about
+// model.safetensors into an *Error (a format error wraps ErrInvalid).
+func denseErr(err error) error {
+	var fe *safetensors.FormatError
+	if errors.As(err, &fe) {
+		key := ""
+		if fe.Tensor != "" {
+			key = "tensor " + strconv.Quote(truncate(fe.Tensor, 200))
+		}
+		return &Error{File: DenseName, Key: key, Err: &invalid{fe.Msg}}
+	}
+	return wrapErr(DenseName, "", err)
 }

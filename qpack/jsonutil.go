@@ -71,6 +71,10 @@ func jsonErr(err error) error {
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		return errors.New("unexpected end of JSON")
 	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("invalid JSON at byte %d: %v", se.Offset, se)
+	}
 	return err
 }
 

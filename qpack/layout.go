@@ -241,7 +241,7 @@ func (l *Layout) Validate() error {
 		return errf(file, "expertStride", "%d is not a positive multiple of %d", l.ExpertStride, StrideAlign)
 	}
 	if l.ExpertStride < prevEnd {
-		return errf(file, "expertStride", "%d is smaller than the payload (%d bytes of sections)", l.ExpertStride, prevEnd)
+		return errf(file, "expertStride", "%d is smaller than the payload, whose last section ends at byte %d", l.ExpertStride, prevEnd)
 	}
 	if l.ExpertStride > math.MaxInt64/int64(l.ExpertCount) {
 		return errf(file, "expertStride", "expertCount %d x stride %d overflows int64", l.ExpertCount, l.ExpertStride)

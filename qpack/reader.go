@@ -130,7 +130,7 @@ func (c *Container) load() error {
 	}
 	defer f.Close()
 	if c.Dense, err = safetensors.ReadHeader(f, m.Files[DenseName], DenseName); err != nil {
-		return wrapErr(DenseName, "", err)
+		return denseErr(err)
 	}
 	c.layers = make([]*os.File, c.Layout.LayerCount)
 	return nil

@@ -202,7 +202,7 @@ func (w *Writer) CreateDense(specs []safetensors.Spec, metadata map[string]strin
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	plan, err := safetensors.PlanFile(sorted, metadata)
 	if err != nil {
-		return nil, wrapErr(DenseName, "", err)
+		return nil, denseErr(err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -404,7 +404,7 @@ func (w *Writer) Finish(info ManifestInfo) (*Manifest, error) {
 		return nil, errf(DenseName, "", "missing from %s (call CreateDense)", w.tmp)
 	}
 	if _, err := safetensors.ReadFileHeader(filepath.Join(w.tmp, DenseName)); err != nil {
-		return nil, wrapErr(DenseName, "", err)
+		return nil, denseErr(err)
 	}
 
 	fileDigests, expertDigests, err := w.hashAll(files)
