@@ -1,0 +1,248 @@
+package mlxq
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Parallelism thresholds, in weight bytes touched (times the number of input
+// vectors). Below parMinBytes a product runs on the calling goroutine; above
+// it, rows are handed out in chunks of at least parChunkBytes.
+const (
+	parMinBytes   = 96 << 10
+	parChunkBytes = 32 << 10
+)
+
+// useAsm selects the assembly kernels where the CPU has them; tests switch it
+// off to check the portable kernels too.
+var useAsm = asmAvailable
+
+// MatVec computes y = W x: y[r] = sum_i W[r,i]*x[i], on the packed data.
+// len(y) must be Rows and len(x) Cols.
+func (m Matrix) MatVec(y, x []float32) {
+	if len(y) != m.Rows || len(x) != m.Cols {
+		panic(fmt.Sprintf("mlxq: MatVec: len(y)=%d len(x)=%d for a [%d, %d] matrix", len(y), len(x), m.Rows, m.Cols))
+	}
+	m.MatMul(y, x, 1)
+}
+
+// MatMul computes Y[v] = W X[v] for n input vectors: X is n*Cols values
+// (row-major, one vector per row), Y is n*Rows. Each weight row is read once
+// for all n vectors.
+func (m Matrix) MatMul(Y, X []float32, n int) {
+	if n < 1 || len(X) != n*m.Cols || len(Y) != n*m.Rows {
+		panic(fmt.Sprintf("mlxq: MatMul: len(Y)=%d len(X)=%d n=%d for a [%d, %d] matrix", len(Y), len(X), n, m.Rows, m.Cols))
+	}
+	k := m.kernel()
+	p := getPlan()
+	defer putPlan(p)
+	p.prepare(m, k, X, n)
+	rb := m.RowBytes()
+	parallelRows(m.Rows, rb*n+2*m.Groups()*n, func(r0, r1 int) {
+		var sb []float32
+		if m.Bits > 0 {
+			sb = make([]float32, 2*m.Groups())
+		}
+		m.rows(k, p, Y, r0, r1, sb)
+	})
+}
+
+// kernelKind names the per-row dot product implementation.
+type kernelKind int
+
+const (
+	kQ4Go kernelKind = iota
+	kQ8Go
+	kQGo // 2, 3, 5, 6 bits
+	kQ4Asm
+	kQ8Asm
+	kF32Go
+	kBF16Go
+	kF16Go
+	kF32Asm
+	kBF16Asm
+	kF16Asm
+)
+
+func (m Matrix) kernel() kernelKind {
+	switch m.Bits {
+	case 0:
+		switch m.Type {
+		case F32:
+			if useAsm {
+				return kF32Asm
+			}
+			return kF32Go
+		case BF16:
+			if useAsm {
+				return kBF16Asm
+			}
+			return kBF16Go
+		default:
+			if useAsm && asmF16 {
+				return kF16Asm
+			}
+			return kF16Go
+		}
+	case 4:
+		if useAsm {
+			return kQ4Asm
+		}
+		return kQ4Go
+	case 8:
+		if useAsm {
+			return kQ8Asm
+		}
+		return kQ8Go
+	}
+	return kQGo
+}
+
+// plan holds the per-call preprocessed inputs.
+type plan struct {
+	n    int
+	x    []float32 // n*Cols, in the layout the kernel wants (buf or the caller's X)
+	buf  []float32 // owned storage for a re-ordered x
+	xsum []float32 // n*Groups: sum of x over each group
+}
+
+var planPool = sync.Pool{New: func() any { return new(plan) }}
+
+func getPlan() *plan  { return planPool.Get().(*plan) }
+func putPlan(p *plan) { p.x = nil; planPool.Put(p) }
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
+	p.n = n
+	if k == kQ4Asm {
+		// The 4-bit kernel widens 8 bytes (16 elements) at a time and splits
+		// low and high nibbles, i.e. even and odd elements: give it x in that
+		// order, per 16 elements: x0 x2 .. x14 x1 x3 .. x15.
+		p.buf = grow(p.buf, len(X))
+		p.x = p.buf
+		for b := 0; b+16 <= len(X); b += 16 {
+			src := (*[16]float32)(X[b : b+16])
+			dst := (*[16]float32)(p.x[b : b+16])
+			for j := 0; j < 8; j++ {
+				dst[j] = src[2*j]
+				dst[8+j] = src[2*j+1]
+			}
+		}
+	} else {
+		p.x = X
+	}
+	if m.Bits == 0 {
+		return
+	}
+	ng := m.Groups()
+	g := m.GroupSize
+	p.xsum = grow(p.xsum, n*ng)
+	for v := 0; v < n; v++ {
+		for j := 0; j < ng; j++ {
+			var s float64
+			for _, e := range X[v*m.Cols+j*g : v*m.Cols+(j+1)*g] {
+				s += float64(e)
+			}
+			p.xsum[v*ng+j] = float32(s)
+		}
+	}
+}
+
+// rows computes rows [r0, r1) of Y for every vector. sb is scratch for 2*Groups
+// decoded scales and biases (nil for dense).
+func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float32) {
+	rb := m.RowBytes()
+	cols := m.Cols
+	ng := m.Groups()
+	n := p.n
+	var s, b []float32
+	if m.Bits > 0 {
+		s, b = sb[:ng], sb[ng:2*ng]
+	}
+	for r := r0; r < r1; r++ {
+		row := m.Weight[r*rb : (r+1)*rb]
+		if m.Bits > 0 {
+			DecodeFloats(s, m.Scales[r*ng*m.Type.Size():], m.Type)
+			DecodeFloats(b, m.Biases[r*ng*m.Type.Size():], m.Type)
+		}
+		for v := 0; v < n; v++ {
+			x := p.x[v*cols : (v+1)*cols]
+			var y float32
+			switch k {
+			case kQ4Asm:
+				y = q4DotAsm(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+			case kQ8Asm:
+				y = q8DotAsm(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+			case kQ4Go:
+				y = q4DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+			case kQ8Go:
+				y = q8DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+			case kQGo:
+				y = qDotGo(m.Weight[r*rb:], x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize, m.Bits)
+			case kF32Go:
+				y = dotF32Go(row, x)
+			case kBF16Go:
+				y = dotBF16Go(row, x)
+			case kF16Go:
+				y = dotF16Go(row, x)
+			case kF32Asm:
+				y = dotF32Asm(row, x)
+			case kBF16Asm:
+				y = dotBF16Asm(row, x)
+			case kF16Asm:
+				y = dotF16Asm(row, x)
+			}
+			Y[v*m.Rows+r] = y
+		}
+	}
+}
+
+// parallelRows runs fn over [0, rows) in chunks, spread over GOMAXPROCS
+// goroutines when the work (rowCost bytes per row) is large enough.
+func parallelRows(rows, rowCost int, fn func(r0, r1 int)) {
+	total := int64(rows) * int64(rowCost)
+	nw := runtime.GOMAXPROCS(0)
+	if nw < 2 || total < parMinBytes || rows < 2 {
+		fn(0, rows)
+		return
+	}
+	// About four chunks per worker evens out uneven progress, but no chunk
+	// smaller than parChunkBytes.
+	chunkRows := int(total / int64(4*nw) / int64(max(rowCost, 1)))
+	if minRows := parChunkBytes / max(rowCost, 1); chunkRows < minRows {
+		chunkRows = minRows
+	}
+	chunkRows = max(chunkRows, 1)
+	nChunks := (rows + chunkRows - 1) / chunkRows
+	nw = min(nw, nChunks)
+	if nw < 2 {
+		fn(0, rows)
+		return
+	}
+	var next atomic.Int64
+	work := func() {
+		for {
+			c := int(next.Add(1) - 1)
+			r0 := c * chunkRows
+			if r0 >= rows {
+				return
+			}
+			fn(r0, min(r0+chunkRows, rows))
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(nw - 1)
+	for i := 1; i < nw; i++ {
+		go func() { defer wg.Done(); work() }()
+	}
+	work()
+	wg.Wait()
+}
