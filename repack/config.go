@@ -3,6 +3,7 @@ package repack
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 )
 
 // maxConfigSize bounds config.json, which may come from the network.
@@ -39,6 +40,7 @@ func ParseConfig(data []byte, file string) (*ModelConfig, error) {
 	}
 	text := root
 	if raw, ok := root["text_config"]; ok && string(raw) != "null" {
+		text = nil // a fresh map: unmarshalling into root would merge the two
 		if err := json.Unmarshal(raw, &text); err != nil {
 			return nil, fmt.Errorf("%s: text_config is not an object: %v", file, err)
 		}
@@ -172,4 +174,22 @@ func getStr(m map[string]json.RawMessage, key string, dst *string) {
 	if raw, ok := m[key]; ok {
 		_ = json.Unmarshal(raw, dst)
 	}
+}
+
+// Override is one per-module quantization entry of config.json.
+type Override struct {
+	Module    string
+	Quantized bool
+	Bits      int
+	GroupSize int
+}
+
+// Overrides lists the per-module quantization overrides, sorted by module.
+func (c *ModelConfig) Overrides() []Override {
+	out := make([]Override, 0, len(c.overrides))
+	for k, v := range c.overrides {
+		out = append(out, Override{Module: k, Quantized: v.Quantized, Bits: v.Bits, GroupSize: v.Group})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Module < out[j].Module })
+	return out
 }

@@ -50,7 +50,7 @@ func newApp() *cli.App {
 		Commands:             commands,
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "debug logging on stderr"},
+			&cli.BoolFlag{Name: "verbose", Usage: "debug logging on stderr"},
 		},
 		Before: func(c *cli.Context) error {
 			level := slog.LevelInfo
