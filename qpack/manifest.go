@@ -266,7 +266,7 @@ func parseExtension(data []byte) (*Extension, error) {
 	if err != nil {
 		return nil, errf(file, "qpack", "%v", err)
 	}
-	e := &Extension{}
+	e := &Extension{FileDigests: map[string]string{}, ExpertDigests: map[string][]string{}}
 	str := func(f map[string]json.RawMessage, key, where string, dst *string) error {
 		raw, ok := f[key]
 		if !ok || isNull(raw) {
@@ -341,7 +341,6 @@ func parseExtension(data []byte) (*Extension, error) {
 	}
 
 	if raw, ok := fields["fileDigests"]; ok && !isNull(raw) {
-		e.FileDigests = make(map[string]string)
 		err := walkObject(raw, func(p string, raw json.RawMessage) error {
 			if len(e.FileDigests) >= MaxFiles {
 				return fmt.Errorf("more than %d entries", MaxFiles)
@@ -358,7 +357,6 @@ func parseExtension(data []byte) (*Extension, error) {
 		}
 	}
 	if raw, ok := fields["expertDigests"]; ok && !isNull(raw) {
-		e.ExpertDigests = make(map[string][]string)
 		err := walkObject(raw, func(p string, raw json.RawMessage) error {
 			if len(e.ExpertDigests) >= MaxLayers {
 				return fmt.Errorf("more than %d entries", MaxLayers)
