@@ -174,3 +174,5 @@ func sortedUnique(xs []int) []int {
 	}
 	return out[:n]
 }
+
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }

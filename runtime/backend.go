@@ -1,0 +1,45 @@
+package runtime
+
+import "github.com/qpack-go/qpack/runtime/mlxq"
+
+// Backend is the seam between the model graph and the hardware that runs
+// its heavy arithmetic. The graph (this package) owns the control flow, the
+// decode state and the small sequential parts (the causal conv, the DeltaNet
+// recurrence, attention over the cache, routing); a backend owns the
+// operations that dominate the cost of a layer. CPU is the implementation in
+// this package; package metal implements the same interface on Apple GPUs.
+//
+// Contract:
+//   - All slices are row-major float32. A batch of n rows is n consecutive
+//     vectors; for MatMul, x holds n×w.Cols values and y receives n×w.Rows.
+//   - The byte slices of a Matrix stay valid and unchanged for as long as the
+//     Matrix is used: dense weights for the lifetime of the Model, an expert's
+//     matrices until its ExpertWeights is released. A backend may therefore
+//     cache device copies keyed by the address of w.Weight.
+//   - Results must not depend on n beyond float round-off, and must be
+//     deterministic: the same inputs give the same bits.
+//   - Methods may be called from one goroutine at a time per Model.
+type Backend interface {
+	// MatMul computes y[i] = W·x[i] for each of the n rows (n = 1 is a
+	// matrix-vector product).
+	MatMul(w mlxq.Matrix, y, x []float32, n int)
+	// RMSNorm writes x/sqrt(mean(x²)+eps)·w for each row of len(w).
+	RMSNorm(y, x, w []float32, eps float32)
+	// SwiGLU writes silu(gate)·up element-wise.
+	SwiGLU(y, gate, up []float32)
+}
+
+// CPU is the pure-Go backend: products on the packed MLX data through mlxq
+// (which splits large products by rows over GOMAXPROCS goroutines).
+type CPU struct{}
+
+// MatMul implements Backend.
+func (CPU) MatMul(w mlxq.Matrix, y, x []float32, n int) {
+	w.MatMul(y[:n*w.Rows], x[:n*w.Cols], n)
+}
+
+// RMSNorm implements Backend.
+func (CPU) RMSNorm(y, x, w []float32, eps float32) { rmsNormRows(y, x, w, eps) }
+
+// SwiGLU implements Backend.
+func (CPU) SwiGLU(y, gate, up []float32) { swiGLU(y, gate, up) }

@@ -1,0 +1,115 @@
+package runtime_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/synthetic"
+)
+
+var testTokens = []int{5, 17, 300, 42, 42, 0, 383, 128, 7, 99, 250, 3}
+
+func tinyDims(typ string, bits, group int) synthetic.Dims {
+	d := synthetic.Tiny(typ)
+	d.Bits, d.Group = bits, group
+	return d
+}
+
+func variants() []synthetic.Dims {
+	return []synthetic.Dims{
+		tinyDims(runtime.TypeQwen3Next, 0, 0),
+		tinyDims(runtime.TypeQwen3Next, 4, 64),
+		tinyDims(runtime.TypeQwen35MoE, 0, 0),
+		tinyDims(runtime.TypeQwen35MoE, 4, 32),
+		tinyDims(runtime.TypeQwen35MoE, 3, 32),
+	}
+}
+
+func name(d synthetic.Dims) string { return fmt.Sprintf("%s-b%dg%d", d.ModelType, d.Bits, d.Group) }
+
+func mustModel(t testing.TB, d synthetic.Dims, seed uint64) *runtime.Model {
+	t.Helper()
+	g, err := synthetic.Generate(d, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := g.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fullLogits runs tokens as one chunk and returns all logits.
+func fullLogits(t testing.TB, m *runtime.Model, tokens []int) []float32 {
+	t.Helper()
+	out, err := m.Forward(m.NewState(), tokens, &runtime.ForwardOptions{AllLogits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
+}
+
+// Prefill N then decode the rest (one token at a time, or in chunks) gives
+// the same logits as one forward pass over everything.
+func TestPrefillDecodeEqualsFull(t *testing.T) {
+	for _, d := range variants() {
+		t.Run(name(d), func(t *testing.T) {
+			m := mustModel(t, d, 1)
+			V := m.Config.Vocab
+			full := fullLogits(t, m, testTokens)
+			for _, split := range [][]int{{5, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 4, 5}, {7, 5}} {
+				st := m.NewState()
+				pos := 0
+				for _, n := range split {
+					got, err := m.Forward(st, testTokens[pos:pos+n], &runtime.ForwardOptions{AllLogits: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if diff := maxAbsDiff(got, full[pos*V:(pos+n)*V]); diff > 1e-5 {
+						t.Fatalf("split %v: chunk at %d differs from the full pass by %g", split, pos, diff)
+					}
+					pos += n
+				}
+				if st.Pos() != len(testTokens) {
+					t.Fatalf("pos %d", st.Pos())
+				}
+				// The last-token-only logits equal the last row.
+				st.Reset()
+				last, err := m.Forward(st, testTokens, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := maxAbsDiff(last, full[(len(testTokens)-1)*V:]); diff != 0 {
+					t.Fatalf("last-row logits differ by %g", diff)
+				}
+			}
+		})
+	}
+}
+
+// The qwen3_next fused, per-key-head interleaved projections compute the
+// same function as the separate qwen3_5 ones they were built from.
+func TestFusedProjectionsMatchSeparate(t *testing.T) {
+	for _, bits := range []int{0, 8} {
+		next := mustModel(t, tinyDims(runtime.TypeQwen3Next, bits, 32), 7)
+		q35 := mustModel(t, tinyDims(runtime.TypeQwen35MoE, bits, 32), 7)
+		a, b := fullLogits(t, next, testTokens), fullLogits(t, q35, testTokens)
+		if diff := maxAbsDiff(a, b); diff != 0 {
+			t.Fatalf("bits %d: qwen3_next and qwen3_5_moe logits differ by %g", bits, diff)
+		}
+	}
+}

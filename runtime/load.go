@@ -1,0 +1,326 @@
+package runtime
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/safetensors"
+)
+
+// DefaultExpertCacheBytes bounds the simple expert cache when LoadOptions
+// leaves it zero.
+const DefaultExpertCacheBytes = 1 << 30
+
+// LoadOptions tunes Load.
+type LoadOptions struct {
+	Backend Backend // nil: CPU
+	// ExpertCacheBytes bounds the in-memory LRU of routed experts: 0 means
+	// DefaultExpertCacheBytes, a negative value keeps nothing (every
+	// request reads from disk).
+	ExpertCacheBytes int64
+}
+
+func (o *LoadOptions) cacheBytes() int64 {
+	switch {
+	case o == nil || o.ExpertCacheBytes == 0:
+		return DefaultExpertCacheBytes
+	case o.ExpertCacheBytes < 0:
+		return 0
+	}
+	return o.ExpertCacheBytes
+}
+
+func (o *LoadOptions) backend() Backend {
+	if o == nil {
+		return nil
+	}
+	return o.Backend
+}
+
+// IsContainer reports whether dir looks like a .qpack container (it holds
+// manifest.json).
+func IsContainer(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, "manifest.json"))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// Load loads the model in dir: a .qpack container if dir holds
+// manifest.json, else an MLX checkpoint directory.
+func Load(dir string, opt *LoadOptions) (*Model, error) {
+	if IsContainer(dir) {
+		return LoadContainer(dir, opt)
+	}
+	return LoadCheckpoint(dir, opt)
+}
+
+// closers closes several things, reporting the first error.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// fileTensors is a TensorSource over safetensors files: every Read is one
+// positional read of the tensor's bytes into a fresh buffer.
+type fileTensors struct {
+	lookup func(name string) (io.ReaderAt, string, safetensors.Tensor, bool)
+}
+
+func (f fileTensors) Info(name string) (string, []int64, bool) {
+	_, _, t, ok := f.lookup(name)
+	return string(t.DType), t.Shape, ok
+}
+
+func (f fileTensors) Read(name string) ([]byte, error) {
+	r, file, t, ok := f.lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("tensor %s missing", name)
+	}
+	buf := make([]byte, t.Size)
+	if _, err := r.ReadAt(buf, t.Offset); err != nil {
+		return nil, fmt.Errorf("%s: tensor %s: %w", file, name, err)
+	}
+	return buf, nil
+}
+
+// LoadCheckpoint loads an MLX checkpoint directory (config.json and one or
+// more safetensors files). Dense tensors are read into memory; each routed
+// expert is read on demand with one positional read per section from the
+// stacked switch_mlp tensors.
+func LoadCheckpoint(dir string, opt *LoadOptions) (m *Model, err error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]*os.File{}
+	var cl closers
+	defer func() {
+		if err != nil {
+			cl.Close()
+		}
+	}()
+	for _, s := range ck.Shards {
+		f, err := os.Open(s.Path)
+		if err != nil {
+			return nil, err
+		}
+		cl = append(cl, f)
+		files[s.Name] = f
+	}
+	lookup := func(name string) (io.ReaderAt, string, safetensors.Tensor, bool) {
+		s, t, ok := ck.Lookup(name)
+		if !ok {
+			return nil, "", t, false
+		}
+		return files[s.Name], s.Path, t, true
+	}
+	r, err := newCheckpointExperts(cfg, lookup)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
+	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	m.closer = cl
+	return m, nil
+}
+
+// checkpointExperts reads experts from the stacked [E, ...] tensors of an
+// MLX checkpoint: expert e's slice of a tensor of size S starts at
+// offset + e·S/E.
+type checkpointExperts struct {
+	specs []*expertSpec
+	src   [][3][3]stackedTensor
+	n     atomic.Int64
+}
+
+type stackedTensor struct {
+	r    io.ReaderAt
+	file string
+	name string
+	base int64 // absolute offset of expert 0
+	size int64 // bytes per expert
+}
+
+func newCheckpointExperts(cfg *Config, lookup func(string) (io.ReaderAt, string, safetensors.Tensor, bool)) (*checkpointExperts, error) {
+	ce := &checkpointExperts{specs: make([]*expertSpec, cfg.Layers), src: make([][3][3]stackedTensor, cfg.Layers)}
+	E := int64(cfg.Experts)
+	for l := 0; l < cfg.Layers; l++ {
+		if !cfg.Sparse[l] {
+			continue
+		}
+		module := fmt.Sprintf("%slayers.%d.mlp.switch_mlp", cfg.Prefix, l)
+		var sec [3][3]sectionInfo
+		var off int64
+		for pi, proj := range expertProjs {
+			for qi, part := range expertParts {
+				name := module + "." + proj + "." + part
+				r, file, t, ok := lookup(name)
+				if !ok {
+					if qi == 0 {
+						if _, _, _, per := lookup(fmt.Sprintf("%slayers.%d.mlp.experts.0.%s.weight", cfg.Prefix, l, proj)); per {
+							return nil, fmt.Errorf("tensor %s missing: the checkpoint stores experts one by one (transformers layout); convert it with mlx-lm first", name)
+						}
+						return nil, fmt.Errorf("tensor %s missing", name)
+					}
+					continue
+				}
+				if len(t.Shape) < 2 || t.Shape[0] != E {
+					return nil, fmt.Errorf("tensor %s: shape %s, want [%d, ...] (stacked experts)", name, shapeString(t.Shape), E)
+				}
+				if t.Size%E != 0 {
+					return nil, fmt.Errorf("tensor %s: %d bytes do not split into %d experts", name, t.Size, E)
+				}
+				per := t.Size / E
+				sec[pi][qi] = sectionInfo{present: true, dtype: string(t.DType), shape: t.Shape[1:], offset: off, size: per}
+				ce.src[l][pi][qi] = stackedTensor{r: r, file: file, name: name, base: t.Offset, size: per}
+				off += per
+			}
+		}
+		spec, err := newExpertSpec(cfg, module, sec, off)
+		if err != nil {
+			return nil, err
+		}
+		ce.specs[l] = spec
+	}
+	return ce, nil
+}
+
+func (ce *checkpointExperts) spec(l int) *expertSpec { return ce.specs[l] }
+func (ce *checkpointExperts) bufSize(l int) int64    { return ce.specs[l].size }
+func (ce *checkpointExperts) reads() int64           { return ce.n.Load() }
+
+func (ce *checkpointExperts) read(l, e int, buf []byte) error {
+	spec := ce.specs[l]
+	for pi := range 3 {
+		for qi := range 3 {
+			si := spec.sec[pi][qi]
+			if !si.present {
+				continue
+			}
+			st := ce.src[l][pi][qi]
+			ce.n.Add(1)
+			if _, err := st.r.ReadAt(buf[si.offset:si.offset+si.size], st.base+int64(e)*st.size); err != nil {
+				return fmt.Errorf("%s: tensor %s: layer %d expert %d: %w", st.file, st.name, l, e, err)
+			}
+		}
+	}
+	return nil
+}
+
+// LoadContainer loads a .qpack container: dense tensors from its
+// model.safetensors, each routed expert with one positional read of its
+// stride-sized blob.
+func LoadContainer(dir string, opt *LoadOptions) (m *Model, err error) {
+	c, err := qpack.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	var cl closers
+	cl = append(cl, c)
+	defer func() {
+		if err != nil {
+			cl.Close()
+		}
+	}()
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.OpenFile("model.safetensors")
+	if err != nil {
+		return nil, err
+	}
+	cl = append(cl, f)
+	dense := c.Dense
+	lookup := func(name string) (io.ReaderAt, string, safetensors.Tensor, bool) {
+		t, ok := dense.Tensor(name)
+		return f, f.Name(), t, ok
+	}
+	r, err := newContainerExperts(cfg, c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
+	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	m.closer = cl
+	return m, nil
+}
+
+// containerExperts reads whole expert blobs from a .qpack container.
+type containerExperts struct {
+	c     *qpack.Container
+	specs []*expertSpec
+	n     atomic.Int64
+}
+
+func newContainerExperts(cfg *Config, c *qpack.Container) (*containerExperts, error) {
+	lay := c.Layout
+	if lay.LayerCount != cfg.Layers {
+		return nil, fmt.Errorf("packed_experts/layout.json: %d layers, config.json has %d", lay.LayerCount, cfg.Layers)
+	}
+	if lay.ExpertCount != cfg.Experts {
+		return nil, fmt.Errorf("packed_experts/layout.json: %d experts per layer, config.json has %d", lay.ExpertCount, cfg.Experts)
+	}
+	for l, lin := range lay.LinearLayers {
+		if l < cfg.Layers && lin == cfg.FullAttention[l] {
+			return nil, fmt.Errorf("packed_experts/layout.json: linearLayers[%d] = %v disagrees with config.json", l, lin)
+		}
+	}
+	var sec [3][3]sectionInfo
+	for _, s := range lay.Sections {
+		pi, qi := -1, -1
+		for i, p := range expertProjs {
+			for j, q := range expertParts {
+				if s.Name == p+"."+q {
+					pi, qi = i, j
+				}
+			}
+		}
+		if pi < 0 {
+			return nil, fmt.Errorf("packed_experts/layout.json: unknown section %q", s.Name)
+		}
+		sec[pi][qi] = sectionInfo{present: true, dtype: string(s.DType), shape: s.Shape, offset: s.Offset, size: s.Size}
+	}
+	ce := &containerExperts{c: c, specs: make([]*expertSpec, cfg.Layers)}
+	for l := 0; l < cfg.Layers; l++ {
+		if !cfg.Sparse[l] {
+			continue
+		}
+		module := fmt.Sprintf("%slayers.%d.mlp.switch_mlp", cfg.Prefix, l)
+		spec, err := newExpertSpec(cfg, module, sec, lay.ExpertStride)
+		if err != nil {
+			return nil, fmt.Errorf("packed_experts/layout.json: %w", err)
+		}
+		ce.specs[l] = spec
+	}
+	return ce, nil
+}
+
+func (ce *containerExperts) spec(l int) *expertSpec { return ce.specs[l] }
+func (ce *containerExperts) bufSize(int) int64      { return ce.c.Layout.ExpertStride }
+func (ce *containerExperts) reads() int64           { return ce.n.Load() }
+
+func (ce *containerExperts) read(l, e int, buf []byte) error {
+	ce.n.Add(1)
+	return ce.c.ReadExpert(l, e, buf)
+}
