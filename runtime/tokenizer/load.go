@@ -71,7 +71,7 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 }
 
 type fileJSON struct {
-	AddedTokens  []addedJSON    `json:"added_tokens"`
+	AddedTokens  []addedJSON     `json:"added_tokens"`
 	Normalizer   json.RawMessage `json:"normalizer"`
 	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 	Decoder      json.RawMessage `json:"decoder"`
