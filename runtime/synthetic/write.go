@@ -40,7 +40,9 @@ func (m *Model) WriteCheckpoint(dir string, shards int) error {
 			total += int64(len(t.Data))
 		}
 		err := safetensors.WriteFile(filepath.Join(dir, file), specs, map[string]string{"format": "mlx"},
-			func(_ int, sp safetensors.Spec) (io.Reader, error) { return bytes.NewReader(m.Tensors[sp.Name].Data), nil })
+			func(_ int, sp safetensors.Spec) (io.Reader, error) {
+				return bytes.NewReader(m.Tensors[sp.Name].Data), nil
+			})
 		if err != nil {
 			return err
 		}
