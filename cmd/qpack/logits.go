@@ -199,4 +199,3 @@ func writeLogits(path string, tokens, greedy []int, logits []float32, V, H int, 
 	return safetensors.WriteFile(path, specs, map[string]string{"producer": "qpack logits"},
 		func(i int, _ safetensors.Spec) (io.Reader, error) { return bytes.NewReader(data[i]), nil })
 }
-
