@@ -234,6 +234,13 @@ func TestOpenSwiftletContainer(t *testing.T) {
 	if err := c.ReadExpert(0, 0, buf[:100]); err == nil {
 		t.Error("ReadExpert into a short buffer gave no error")
 	}
+	if extra, err := c.ExtraFiles(); err != nil || len(extra) != 0 {
+		t.Errorf("ExtraFiles = %v, %v", extra, err)
+	}
+	writeFile(t, filepath.Join(dir, "notes", "x.txt"), []byte("x"))
+	if extra, err := c.ExtraFiles(); err != nil || len(extra) != 1 || extra[0] != "notes/x.txt" {
+		t.Errorf("ExtraFiles = %v, %v", extra, err)
+	}
 	if got := c.LayerPath(1); got != filepath.Join(dir, "packed_experts", "layer_01.bin") {
 		t.Errorf("LayerPath(1) = %s", got)
 	}

@@ -279,7 +279,8 @@ func reserved(rel string) bool {
 }
 
 // AddFile copies r into the container as rel (config.json, tokenizer
-// files, ...), atomically: a resumed run never sees half a file.
+// files, ...), streaming through a working file that is renamed into place,
+// so a resumed run never sees half a file.
 func (w *Writer) AddFile(rel string, r io.Reader) error {
 	if err := CheckPath(rel); err != nil {
 		return fmt.Errorf("qpack: AddFile: %w", err)
@@ -288,14 +289,29 @@ func (w *Writer) AddFile(rel string, r io.Reader) error {
 		return fmt.Errorf("qpack: AddFile: %q is managed by the writer", rel)
 	}
 	p := filepath.Join(w.tmp, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("qpack: %w", err)
 	}
-	data, err := io.ReadAll(r)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("qpack: AddFile %s: %w", rel, err)
 	}
-	if err := WriteFileAtomic(p, data, 0o644); err != nil {
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		return fmt.Errorf("qpack: AddFile %s: %w", rel, err)
 	}
 	return nil
