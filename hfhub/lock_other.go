@@ -1,0 +1,31 @@
+//go:build !unix
+
+package hfhub
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+)
+
+// fileLock on systems without flock: the lock file is created but the lock
+// is not exclusive (the official client is best-effort there too).
+type fileLock struct{ f *os.File }
+
+func acquireLock(ctx context.Context, path string) (*fileLock, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o664)
+	if err != nil {
+		return nil, err
+	}
+	return &fileLock{f}, nil
+}
+
+func (l *fileLock) Unlock() {
+	if l != nil && l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
