@@ -1,9 +1,7 @@
 package safetensors
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +16,10 @@ import (
 // MaxHeaderLen is the largest header JSON this package reads (100 MiB).
 // A larger declared length is refused before anything is allocated.
 const MaxHeaderLen = 100 << 20
+
+// MaxRank is the most dimensions a tensor may have (numpy's limit). It
+// keeps a hostile header from turning into a huge shape allocation.
+const MaxRank = 64
 
 // metadataKey is the reserved header key holding free-form string metadata.
 const metadataKey = "__metadata__"
@@ -200,7 +202,8 @@ type rawTensor struct {
 // github.com/nlpodyssey/safetensors is not used here: its ReadMetadata wants
 // the whole file in one []byte, it knows no F8 dtypes, it decodes through Go
 // maps (so duplicate keys silently win) and its DType.Size panics on bad
-// values. The header is decoded here token by token with encoding/json.
+// values. The header is decoded here with a small strict JSON scanner
+// (jsonscan.go).
 func parseHeader(js []byte, size int64, file string) (*Header, error) {
 	if !utf8.Valid(js) {
 		return nil, formatErr(file, "", "header is not valid UTF-8")
@@ -208,57 +211,51 @@ func parseHeader(js []byte, size int64, file string) (*Header, error) {
 	dataStart := 8 + int64(len(js))
 	dataLen := size - dataStart
 
-	p := newTokParser(js, file)
-	if err := p.beginObject("header"); err != nil {
-		return nil, err
+	sc := newScanner(js, file)
+	sc.ws()
+	if sc.peek() != '{' {
+		return nil, sc.wrongType("", "header", "a JSON object")
 	}
-	var (
-		meta map[string]string
-		raws []rawTensor
-		seen = make(map[string]struct{})
-	)
-	for p.dec.More() {
-		key, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := seen[key]; dup {
-			if key == metadataKey {
-				return nil, formatErr(file, "", "duplicate __metadata__ key")
-			}
-			return nil, formatErr(file, key, "duplicate tensor name")
-		}
-		seen[key] = struct{}{}
-		if key == metadataKey {
-			meta, err = p.stringMap("__metadata__", true)
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		rt, err := p.tensor(key)
-		if err != nil {
-			return nil, err
-		}
-		raws = append(raws, rt)
-	}
-	if err := p.endDocument("header"); err != nil {
-		return nil, err
-	}
-
 	h := &Header{
 		File:      file,
 		FileSize:  size,
 		DataStart: dataStart,
-		Metadata:  meta,
-		Tensors:   make([]Tensor, 0, len(raws)),
+		byName:    make(map[string]int),
 	}
-	for _, rt := range raws {
+	hasMeta := false
+	err := sc.object("", "header", true, func(key string) error {
+		if key == metadataKey {
+			if hasMeta {
+				return formatErr(file, "", "duplicate __metadata__ key")
+			}
+			hasMeta = true
+			var err error
+			h.Metadata, err = sc.stringMap("__metadata__", true)
+			return err
+		}
+		if _, dup := h.byName[key]; dup {
+			return formatErr(file, key, "duplicate tensor name")
+		}
+		rt, err := sc.tensor(key)
+		if err != nil {
+			return err
+		}
 		t, err := checkTensor(rt, dataStart, dataLen, file)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		h.byName[key] = len(h.Tensors)
 		h.Tensors = append(h.Tensors, t)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.end("header"); err != nil {
+		return nil, err
+	}
+	if h.Tensors == nil {
+		h.Tensors = []Tensor{}
 	}
 	sort.Slice(h.Tensors, func(i, j int) bool {
 		a, b := &h.Tensors[i], &h.Tensors[j]
@@ -296,9 +293,8 @@ func parseHeader(js []byte, size int64, file string) (*Header, error) {
 		}
 		return a.Name < b.Name
 	})
-	h.byName = make(map[string]int, len(h.Tensors))
 	for i, t := range h.Tensors {
-		h.byName[t.Name] = i
+		h.byName[t.Name] = i // same keys: updates in place
 	}
 	return h, nil
 }
@@ -370,234 +366,61 @@ func fmtShape(s []int64) string {
 	return b.String()
 }
 
-// tokParser walks a JSON document token by token so that duplicate keys and
-// wrong types are seen and reported precisely.
-type tokParser struct {
-	dec  *json.Decoder
-	file string
-}
-
-func newTokParser(js []byte, file string) *tokParser {
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	return &tokParser{dec: dec, file: file}
-}
-
-// next returns the next token, turning decoder errors into FormatErrors.
-func (p *tokParser) next(tensor, what string) (json.Token, error) {
-	tok, err := p.dec.Token()
-	if err != nil {
-		if err == io.EOF {
-			return nil, formatErr(p.file, tensor, what+": unexpected end of JSON")
-		}
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return nil, formatErr(p.file, tensor, fmt.Sprintf("%s: invalid JSON at byte %d: %v", what, se.Offset, err))
-		}
-		return nil, formatErr(p.file, tensor, fmt.Sprintf("%s: invalid JSON: %v", what, err))
-	}
-	return tok, nil
-}
-
-func (p *tokParser) beginObject(what string) error {
-	tok, err := p.next("", what)
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return formatErr(p.file, "", fmt.Sprintf("%s is %s, want a JSON object", what, tokKind(tok)))
-	}
-	return nil
-}
-
-// key reads an object key (the decoder guarantees a string here).
-func (p *tokParser) key() (string, error) {
-	tok, err := p.next("", "object key")
-	if err != nil {
-		return "", err
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", formatErr(p.file, "", fmt.Sprintf("object key is %s", tokKind(tok)))
-	}
-	return s, nil
-}
-
-// endObject consumes the '}' after a loop over More().
-func (p *tokParser) endObject(tensor, what string) error {
-	tok, err := p.next(tensor, what)
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '}' {
-		return formatErr(p.file, tensor, fmt.Sprintf("%s: expected end of object, found %s", what, tokKind(tok)))
-	}
-	return nil
-}
-
-// endDocument consumes the top-level '}' and checks nothing but whitespace
-// follows.
-func (p *tokParser) endDocument(what string) error {
-	if err := p.endObject("", what); err != nil {
-		return err
-	}
-	tok, err := p.dec.Token()
-	if err == io.EOF {
-		return nil
-	}
-	if err != nil {
-		return formatErr(p.file, "", fmt.Sprintf("%s: invalid data after the JSON object: %v", what, err))
-	}
-	return formatErr(p.file, "", fmt.Sprintf("%s: %s after the JSON object", what, tokKind(tok)))
-}
-
-// stringMap reads an object of string values with no duplicate keys. With
-// allowNull, a JSON null gives a nil map.
-func (p *tokParser) stringMap(what string, allowNull bool) (map[string]string, error) {
-	tok, err := p.next("", what)
-	if err != nil {
-		return nil, err
-	}
-	if tok == nil && allowNull {
-		return nil, nil
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, formatErr(p.file, "", fmt.Sprintf("%s is %s, want an object of strings", what, tokKind(tok)))
-	}
-	m := make(map[string]string)
-	for p.dec.More() {
-		k, err := p.key()
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := m[k]; dup {
-			return nil, formatErr(p.file, "", fmt.Sprintf("%s: duplicate key %s", what, quoteTrunc(k)))
-		}
-		tok, err := p.next("", what)
-		if err != nil {
-			return nil, err
-		}
-		v, ok := tok.(string)
-		if !ok {
-			return nil, formatErr(p.file, "", fmt.Sprintf("%s: value of %s is %s, want a string", what, quoteTrunc(k), tokKind(tok)))
-		}
-		m[k] = v
-	}
-	return m, p.endObject("", what)
-}
-
 // tensor reads one tensor entry {"dtype", "shape", "data_offsets"}.
-func (p *tokParser) tensor(name string) (rawTensor, error) {
+func (s *scanner) tensor(name string) (rawTensor, error) {
 	rt := rawTensor{name: name}
-	tok, err := p.next(name, "entry")
-	if err != nil {
-		return rt, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return rt, formatErr(p.file, name, fmt.Sprintf("entry is %s, want an object", tokKind(tok)))
-	}
 	if name == "" {
-		return rt, formatErr(p.file, "", `tensor with an empty name ""`)
+		return rt, formatErr(s.file, "", `tensor with an empty name ""`)
+	}
+	if s.peek() != '{' {
+		return rt, s.wrongType(name, "entry", "an object")
 	}
 	var haveDType, haveShape, haveOffsets bool
-	for p.dec.More() {
-		tok, err := p.next(name, "entry")
-		if err != nil {
-			return rt, err
-		}
-		k, _ := tok.(string)
+	err := s.object(name, "entry", false, func(k string) error {
+		var err error
 		switch k {
 		case "dtype":
 			if haveDType {
-				return rt, formatErr(p.file, name, `duplicate key "dtype"`)
+				return formatErr(s.file, name, `duplicate key "dtype"`)
 			}
 			haveDType = true
-			tok, err := p.next(name, "dtype")
-			if err != nil {
-				return rt, err
+			if s.peek() != '"' {
+				return s.wrongType(name, "dtype", "a string")
 			}
-			s, ok := tok.(string)
-			if !ok {
-				return rt, formatErr(p.file, name, fmt.Sprintf("dtype is %s, want a string", tokKind(tok)))
-			}
-			rt.dtype = s
+			rt.dtype, err = s.str(name, "dtype")
 		case "shape":
 			if haveShape {
-				return rt, formatErr(p.file, name, `duplicate key "shape"`)
+				return formatErr(s.file, name, `duplicate key "shape"`)
 			}
 			haveShape = true
-			rt.shape, err = p.intArray(name, "shape", -1)
-			if err != nil {
-				return rt, err
-			}
+			rt.shape, err = s.intArray(name, "shape", -MaxRank)
 		case "data_offsets":
 			if haveOffsets {
-				return rt, formatErr(p.file, name, `duplicate key "data_offsets"`)
+				return formatErr(s.file, name, `duplicate key "data_offsets"`)
 			}
 			haveOffsets = true
-			offs, err := p.intArray(name, "data_offsets", 2)
-			if err != nil {
-				return rt, err
+			var offs []int64
+			offs, err = s.intArray(name, "data_offsets", 2)
+			if err == nil {
+				rt.begin, rt.end = offs[0], offs[1]
 			}
-			rt.begin, rt.end = offs[0], offs[1]
 		default:
-			return rt, formatErr(p.file, name, fmt.Sprintf("unknown key %s (want dtype, shape, data_offsets)", quoteTrunc(k)))
+			return formatErr(s.file, name, fmt.Sprintf("unknown key %s (want dtype, shape, data_offsets)", quoteTrunc(k)))
 		}
-	}
-	if err := p.endObject(name, "entry"); err != nil {
+		return err
+	})
+	if err != nil {
 		return rt, err
 	}
 	switch {
 	case !haveDType:
-		return rt, formatErr(p.file, name, "missing dtype")
+		return rt, formatErr(s.file, name, "missing dtype")
 	case !haveShape:
-		return rt, formatErr(p.file, name, "missing shape")
+		return rt, formatErr(s.file, name, "missing shape")
 	case !haveOffsets:
-		return rt, formatErr(p.file, name, "missing data_offsets")
+		return rt, formatErr(s.file, name, "missing data_offsets")
 	}
 	return rt, nil
-}
-
-// intArray reads an array of non-negative integers; want >= 0 demands that
-// many elements.
-func (p *tokParser) intArray(tensor, what string, want int) ([]int64, error) {
-	tok, err := p.next(tensor, what)
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return nil, formatErr(p.file, tensor, fmt.Sprintf("%s is %s, want an array of integers", what, tokKind(tok)))
-	}
-	out := []int64{}
-	for i := 0; p.dec.More(); i++ {
-		if want >= 0 && i >= want {
-			return nil, formatErr(p.file, tensor, fmt.Sprintf("%s has more than %d elements", what, want))
-		}
-		tok, err := p.next(tensor, what)
-		if err != nil {
-			return nil, err
-		}
-		num, ok := tok.(json.Number)
-		if !ok {
-			return nil, formatErr(p.file, tensor, fmt.Sprintf("%s[%d] is %s, want a non-negative integer", what, i, tokKind(tok)))
-		}
-		v, err := parseNonNegInt(string(num))
-		if err != nil {
-			return nil, formatErr(p.file, tensor, fmt.Sprintf("%s[%d] = %s: %v", what, i, truncate(string(num)), err))
-		}
-		out = append(out, v)
-	}
-	tok, err = p.next(tensor, what)
-	if err != nil {
-		return nil, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != ']' {
-		return nil, formatErr(p.file, tensor, fmt.Sprintf("%s: expected end of array, found %s", what, tokKind(tok)))
-	}
-	if want >= 0 && len(out) != want {
-		return nil, formatErr(p.file, tensor, fmt.Sprintf("%s has %d elements, want %d", what, len(out), want))
-	}
-	return out, nil
 }
 
 // parseNonNegInt parses a JSON number literal that must be a non-negative
@@ -621,29 +444,4 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:40] + "..."
-}
-
-// tokKind names a token's JSON type for messages.
-func tokKind(tok json.Token) string {
-	switch v := tok.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case json.Number:
-		return "a number (" + truncate(string(v)) + ")"
-	case float64:
-		return "a number"
-	case json.Delim:
-		switch v {
-		case '{':
-			return "an object"
-		case '[':
-			return "an array"
-		}
-		return "'" + v.String() + "'"
-	}
-	return fmt.Sprintf("%T", tok)
 }

@@ -259,6 +259,7 @@ var badHeaders = []struct {
 	{"missing offsets", rawFile(`{"a":{"dtype":"U8","shape":[4]}}`, 4), "a", "missing data_offsets"},
 	{"unknown field", rawFile(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"extra":1}}`, 1), "a", `unknown key "extra"`},
 	{"tensor not object", rawFile(`{"a":[1,2]}`, 0), "a", "entry is an array"},
+	{"rank 65", rawFile(`{"a":{"dtype":"U8","shape":[`+strings.Repeat("1,", 64)+`1],"data_offsets":[0,1]}}`, 1), "a", "shape has more than 64 elements"},
 	{"empty name", rawFile(`{"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, 1), "", "empty name"},
 }
 
@@ -337,5 +338,16 @@ func TestNumElements(t *testing.T) {
 		if got := (Tensor{Shape: c.shape}).NumElements(); got != c.want {
 			t.Errorf("NumElements(%v) = %d, want %d", c.shape, got, c.want)
 		}
+	}
+}
+
+func TestReadHeaderMaxRank(t *testing.T) {
+	js := `{"a":{"dtype":"U8","shape":[` + strings.Repeat("1,", MaxRank-1) + `1],"data_offsets":[0,1]}}`
+	h, err := readRaw(t, rawFile(js, 1), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Tensors[0].Shape) != 64 {
+		t.Fatalf("rank %d", len(h.Tensors[0].Shape))
 	}
 }

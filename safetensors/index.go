@@ -44,48 +44,41 @@ func ParseIndex(data []byte, file string) (*Index, error) {
 	if !utf8.Valid(data) {
 		return nil, formatErr(file, "", "index is not valid UTF-8")
 	}
-	p := newTokParser(data, file)
-	if err := p.beginObject("index"); err != nil {
-		return nil, err
+	sc := newScanner(data, file)
+	sc.ws()
+	if sc.peek() != '{' {
+		return nil, sc.wrongType("", "index", "a JSON object")
 	}
 	ix := &Index{TotalSize: -1}
 	seen := make(map[string]bool)
-	for p.dec.More() {
-		key, err := p.key()
-		if err != nil {
-			return nil, err
-		}
+	err := sc.object("", "index", false, func(key string) error {
 		if seen[key] {
-			return nil, formatErr(file, "", fmt.Sprintf("duplicate top-level key %s", quoteTrunc(key)))
+			return formatErr(file, "", fmt.Sprintf("duplicate top-level key %s", quoteTrunc(key)))
 		}
 		seen[key] = true
 		switch key {
 		case "weight_map":
-			wm, err := p.stringMap("weight_map", false)
-			if err != nil {
-				return nil, err
-			}
+			wm, err := sc.stringMap("weight_map", false)
 			ix.WeightMap = wm
+			return err
 		case "metadata":
-			v, err := p.value("metadata", 0)
-			if err != nil {
-				return nil, err
+			if sc.peek() != '{' && sc.peek() != 'n' {
+				return sc.wrongType("", "metadata", "an object")
 			}
-			if v == nil {
-				continue
+			v, err := sc.value("metadata", 0)
+			if m, ok := v.(map[string]any); ok {
+				ix.Metadata = m
 			}
-			m, ok := v.(map[string]any)
-			if !ok {
-				return nil, formatErr(file, "", fmt.Sprintf("metadata is %s, want an object", anyKind(v)))
-			}
-			ix.Metadata = m
+			return err
 		default:
-			if _, err := p.value(key, 0); err != nil {
-				return nil, err
-			}
+			_, err := sc.value(key, 0)
+			return err
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := p.endDocument("index"); err != nil {
+	if err := sc.end("index"); err != nil {
 		return nil, err
 	}
 	if ix.WeightMap == nil {
@@ -164,65 +157,20 @@ func (ix *Index) Shards() []string {
 	return out
 }
 
-// value decodes any JSON value, refusing duplicate object keys and nesting
-// deeper than maxJSONDepth.
-func (p *tokParser) value(what string, depth int) (any, error) {
-	if depth > maxJSONDepth {
-		return nil, formatErr(p.file, "", fmt.Sprintf("%s: nested deeper than %d levels", what, maxJSONDepth))
-	}
-	tok, err := p.next("", what)
-	if err != nil {
-		return nil, err
-	}
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return tok, nil // string, json.Number, bool or nil
-	}
-	switch d {
-	case '{':
-		m := make(map[string]any)
-		for p.dec.More() {
-			k, err := p.key()
-			if err != nil {
-				return nil, err
-			}
-			if _, dup := m[k]; dup {
-				return nil, formatErr(p.file, "", fmt.Sprintf("%s: duplicate key %s", what, quoteTrunc(k)))
-			}
-			v, err := p.value(what, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			m[k] = v
-		}
-		return m, p.endObject("", what)
-	case '[':
-		a := []any{}
-		for p.dec.More() {
-			v, err := p.value(what, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		tok, err := p.next("", what)
-		if err != nil {
-			return nil, err
-		}
-		if d, ok := tok.(json.Delim); !ok || d != ']' {
-			return nil, formatErr(p.file, "", fmt.Sprintf("%s: expected end of array, found %s", what, tokKind(tok)))
-		}
-		return a, nil
-	}
-	return nil, formatErr(p.file, "", fmt.Sprintf("%s: unexpected %s", what, tokKind(tok)))
-}
-
 func anyKind(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case map[string]any:
 		return "an object"
 	case []any:
 		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	case json.Number:
+		return "a number (" + truncate(string(x)) + ")"
 	}
-	return tokKind(v)
+	return fmt.Sprintf("%T", v)
 }

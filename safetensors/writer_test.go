@@ -244,7 +244,9 @@ func TestWriterErrors(t *testing.T) {
 			`tensor "first": reader gave more than 8 bytes`},
 		{"order", func(w *Writer) error { return w.WriteTensor("second", bytes.NewReader(make([]byte, 4))) },
 			`tensor "second" written out of order: next is "first"`},
-		{"stuck", func(w *Writer) error { return w.WriteTensor("first", io.MultiReader(bytes.NewReader(make([]byte, 8)), stuckReader{})) },
+		{"stuck", func(w *Writer) error {
+			return w.WriteTensor("first", io.MultiReader(bytes.NewReader(make([]byte, 8)), stuckReader{}))
+		},
 			`tensor "first": reader returns no data`},
 		{"read error", func(w *Writer) error { return w.WriteTensor("first", &failReader{3}) },
 			`tensor "first": after 3 of 8 bytes: network gone`},
