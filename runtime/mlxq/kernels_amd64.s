@@ -13,14 +13,54 @@
 	VADDSS       X14, X0, X0; \
 	VZEROUPPER
 
-// func q4DotAVX2(w *byte, x, s, b, xs *float32, ngroups, chunks int) float32
+// Load the scale and bias of the current group (stored as F32, F16 or BF16
+// per R11, pointers R8 and R9, advanced) into Y9 (broadcast) and X10, then
+// accumulate: Y0 += Y9 * Y1, X14 += X10 * xs[g] (R10, advanced).
+#define SCALE_BIAS_ACC \
+	CMPQ         R11, $2; \
+	JEQ          sbbf16; \
+	CMPQ         R11, $1; \
+	JEQ          sbf16; \
+	VBROADCASTSS (R8), Y9; \
+	VMOVSS       (R9), X10; \
+	ADDQ         $4, R8; \
+	ADDQ         $4, R9; \
+	JMP          sbdone; \
+sbbf16: \
+	MOVWLZX      (R8), AX; \
+	SHLL         $16, AX; \
+	VMOVD        AX, X9; \
+	VPBROADCASTD X9, Y9; \
+	MOVWLZX      (R9), AX; \
+	SHLL         $16, AX; \
+	VMOVD        AX, X10; \
+	ADDQ         $2, R8; \
+	ADDQ         $2, R9; \
+	JMP          sbdone; \
+sbf16: \
+	MOVWLZX      (R8), AX; \
+	VMOVD        AX, X9; \
+	VCVTPH2PS    X9, X9; \
+	VBROADCASTSS X9, Y9; \
+	MOVWLZX      (R9), AX; \
+	VMOVD        AX, X10; \
+	VCVTPH2PS    X10, X10; \
+	ADDQ         $2, R8; \
+	ADDQ         $2, R9; \
+sbdone: \
+	VFMADD231PS  Y9, Y1, Y0; \
+	VFMADD231SS  (R10), X10, X14; \
+	ADDQ         $4, R10
+
+// func q4DotAVX2(w *byte, x *float32, s, b *byte, xs *float32, ngroups, chunks, stype int) float32
 //
 // Per 8-byte chunk (16 elements): widen the bytes to 8 dwords, split into low
 // nibbles (even elements) and high nibbles (odd elements), convert, and
 // multiply-add with x (re-ordered: 8 even then 8 odd). Two chunks per loop.
 // Each group gets four fresh accumulators; their sum is scaled by s[g] into
-// Y0, and b[g]*xs[g] goes into X14.
-TEXT ·q4DotAVX2(SB), NOSPLIT, $0-60
+// Y0, and b[g]*xs[g] goes into X14. s and b are read as stype (0 F32, 1 F16,
+// 2 BF16).
+TEXT ·q4DotAVX2(SB), NOSPLIT, $0-68
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ s+16(FP), R8
@@ -28,6 +68,7 @@ TEXT ·q4DotAVX2(SB), NOSPLIT, $0-60
 	MOVQ xs+32(FP), R10
 	MOVQ ngroups+40(FP), CX
 	MOVQ chunks+48(FP), DX
+	MOVQ stype+56(FP), R11
 	MOVL $15, AX
 	MOVQ AX, X15
 	VPBROADCASTD X15, Y15
@@ -64,24 +105,18 @@ q4chunk:
 	VADDPS       Y2, Y1, Y1
 	VADDPS       Y4, Y3, Y3
 	VADDPS       Y3, Y1, Y1
-	VBROADCASTSS (R8), Y9
-	VFMADD231PS  Y9, Y1, Y0
-	VMOVSS       (R9), X10
-	VFMADD231SS  (R10), X10, X14
-	ADDQ         $4, R8
-	ADDQ         $4, R9
-	ADDQ         $4, R10
+	SCALE_BIAS_ACC
 	DECQ         CX
 	JNZ          q4group
 	HSUM
-	MOVSS X0, ret+56(FP)
+	MOVSS X0, ret+64(FP)
 	RET
 
-// func q8DotAVX2(w *byte, x, s, b, xs *float32, ngroups, chunks int) float32
+// func q8DotAVX2(w *byte, x *float32, s, b *byte, xs *float32, ngroups, chunks, stype int) float32
 //
 // Same as q4DotAVX2 with one byte per element and x in natural order; four
 // 8-byte chunks per loop.
-TEXT ·q8DotAVX2(SB), NOSPLIT, $0-60
+TEXT ·q8DotAVX2(SB), NOSPLIT, $0-68
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ s+16(FP), R8
@@ -89,6 +124,7 @@ TEXT ·q8DotAVX2(SB), NOSPLIT, $0-60
 	MOVQ xs+32(FP), R10
 	MOVQ ngroups+40(FP), CX
 	MOVQ chunks+48(FP), DX
+	MOVQ stype+56(FP), R11
 	VXORPS Y0, Y0, Y0
 	VXORPS X14, X14, X14
 
@@ -120,17 +156,11 @@ q8chunk:
 	VADDPS       Y2, Y1, Y1
 	VADDPS       Y4, Y3, Y3
 	VADDPS       Y3, Y1, Y1
-	VBROADCASTSS (R8), Y9
-	VFMADD231PS  Y9, Y1, Y0
-	VMOVSS       (R9), X10
-	VFMADD231SS  (R10), X10, X14
-	ADDQ         $4, R8
-	ADDQ         $4, R9
-	ADDQ         $4, R10
+	SCALE_BIAS_ACC
 	DECQ         CX
 	JNZ          q8group
 	HSUM
-	MOVSS X0, ret+56(FP)
+	MOVSS X0, ret+64(FP)
 	RET
 
 // Dense dot products, 32 elements per loop into four accumulators.

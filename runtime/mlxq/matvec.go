@@ -122,65 +122,73 @@ func grow(s []float32, n int) []float32 {
 
 func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
 	p.n = n
-	if k == kQ4Asm {
-		// The 4-bit kernel widens 8 bytes (16 elements) at a time and splits
-		// low and high nibbles, i.e. even and odd elements: give it x in that
-		// order, per 16 elements: x0 x2 .. x14 x1 x3 .. x15.
-		p.buf = grow(p.buf, len(X))
-		p.x = p.buf
-		for b := 0; b+16 <= len(X); b += 16 {
-			src := (*[16]float32)(X[b : b+16])
-			dst := (*[16]float32)(p.x[b : b+16])
-			for j := 0; j < 8; j++ {
-				dst[j] = src[2*j]
-				dst[8+j] = src[2*j+1]
-			}
-		}
-	} else {
-		p.x = X
-	}
+	p.x = X
 	if m.Bits == 0 {
 		return
 	}
 	ng := m.Groups()
 	g := m.GroupSize
 	p.xsum = grow(p.xsum, n*ng)
-	for v := 0; v < n; v++ {
-		for j := 0; j < ng; j++ {
-			var s float64
-			for _, e := range X[v*m.Cols+j*g : v*m.Cols+(j+1)*g] {
-				s += float64(e)
+	if k == kQ4Asm {
+		p.buf = grow(p.buf, len(X))
+		p.x = p.buf
+	}
+	// Per group: sum x (float32, eight independent accumulators) and, for the
+	// 4-bit assembly kernel, copy x re-ordered. That kernel widens 8 bytes (16
+	// elements) at a time and splits low and high nibbles, i.e. even and odd
+	// elements: per 16 elements it wants x0 x2 .. x14 x1 x3 .. x15.
+	perm := k == kQ4Asm
+	for gi := 0; gi < n*ng; gi++ {
+		xg := X[gi*g : (gi+1)*g]
+		var a [8]float32
+		for j := 0; j+16 <= len(xg); j += 16 {
+			src := (*[16]float32)(xg[j : j+16])
+			for t := 0; t < 8; t++ {
+				a[t] += src[2*t] + src[2*t+1]
 			}
-			p.xsum[v*ng+j] = float32(s)
+			if perm {
+				dst := (*[16]float32)(p.buf[gi*g+j : gi*g+j+16])
+				for t := 0; t < 8; t++ {
+					dst[t] = src[2*t]
+					dst[8+t] = src[2*t+1]
+				}
+			}
 		}
+		p.xsum[gi] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 	}
 }
 
 // rows computes rows [r0, r1) of Y for every vector. sb is scratch for 2*Groups
-// decoded scales and biases (nil for dense).
+// decoded scales and biases (used by the portable quantized kernels).
 func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float32) {
 	rb := m.RowBytes()
 	cols := m.Cols
 	ng := m.Groups()
 	n := p.n
+	sbytes := ng * m.Type.Size() // scale (and bias) bytes per row
 	var s, b []float32
 	if m.Bits > 0 {
 		s, b = sb[:ng], sb[ng:2*ng]
 	}
 	for r := r0; r < r1; r++ {
 		row := m.Weight[r*rb : (r+1)*rb]
+		var rs, rbias []byte
 		if m.Bits > 0 {
-			DecodeFloats(s, m.Scales[r*ng*m.Type.Size():], m.Type)
-			DecodeFloats(b, m.Biases[r*ng*m.Type.Size():], m.Type)
+			rs = m.Scales[r*sbytes : (r+1)*sbytes]
+			rbias = m.Biases[r*sbytes : (r+1)*sbytes]
+			if k == kQ4Go || k == kQ8Go || k == kQGo {
+				DecodeFloats(s, rs, m.Type)
+				DecodeFloats(b, rbias, m.Type)
+			}
 		}
 		for v := 0; v < n; v++ {
 			x := p.x[v*cols : (v+1)*cols]
 			var y float32
 			switch k {
 			case kQ4Asm:
-				y = q4DotAsm(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+				y = q4DotAsm(row, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQ8Asm:
-				y = q8DotAsm(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+				y = q8DotAsm(row, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQ4Go:
 				y = q4DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQ8Go:
