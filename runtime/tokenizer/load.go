@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
@@ -452,8 +453,18 @@ func parsePreTokenizer(raw json.RawMessage, depth int, out []preStep) ([]preStep
 	return nil, fmt.Errorf("type %q is not supported (want Split, ByteLevel or Sequence)", p.Type)
 }
 
+// splitTimeout bounds one regex match, so that a tokenizer.json carrying a
+// pattern with catastrophic backtracking cannot hang encoding. When a match
+// times out, the rest of that text is kept as one piece.
+var splitTimeout = 2 * time.Second
+
 func compileSplit(expr string) (*regexp2.Regexp, error) {
-	return regexp2.Compile(expr, regexp2.None)
+	re, err := regexp2.Compile(expr, regexp2.None)
+	if err != nil {
+		return nil, err
+	}
+	re.MatchTimeout = splitTimeout
+	return re, nil
 }
 
 func checkDecoder(raw json.RawMessage) error {

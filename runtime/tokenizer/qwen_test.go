@@ -176,9 +176,14 @@ func jsonString(s string) string {
 // make for Qwen: byte-level vocab in rank order, derived merges, added tokens.
 func buildQwenJSON(t testing.TB) []byte {
 	t.Helper()
-	byRank := loadRanks(t)
+	return buildJSONFromRanks(t, loadRanks(t), loadConfigAdded(t))
+}
+
+// buildJSONFromRanks writes a Qwen-style tokenizer.json for the given ranks
+// and added tokens.
+func buildJSONFromRanks(t testing.TB, byRank [][]byte, added map[int]configAdded) []byte {
+	t.Helper()
 	merges := deriveMerges(t, byRank)
-	added := loadConfigAdded(t)
 
 	var b bytes.Buffer
 	b.WriteString(`{"version":"1.0","truncation":null,"padding":null,"added_tokens":[`)
@@ -236,6 +241,37 @@ func qwenTokenizer(t testing.TB) (*Tokenizer, []byte) {
 		t.Fatal("qwen tokenizer was not built")
 	}
 	return qwenOnce.tok, qwenOnce.json
+}
+
+var smallOnce struct {
+	sync.Once
+	tok *Tokenizer
+	err error
+}
+
+// smallQwenTokenizer is the Qwen tokenizer cut to its first 4,000 ranks (so
+// every merge still refers to lower ranks) with the 26 added tokens moved to
+// ids 4000..4025: quick to build, for fuzzing.
+func smallQwenTokenizer(t testing.TB) *Tokenizer {
+	t.Helper()
+	smallOnce.Do(func() {
+		byRank := loadRanks(t)[:4000]
+		added := map[int]configAdded{}
+		ids := []int{}
+		for id := range loadConfigAdded(t) {
+			ids = append(ids, id)
+		}
+		sort.Ints(ids)
+		full := loadConfigAdded(t)
+		for i, id := range ids {
+			added[4000+i] = full[id]
+		}
+		smallOnce.tok, smallOnce.err = Parse("small-qwen.json", buildJSONFromRanks(t, byRank, added))
+	})
+	if smallOnce.err != nil || smallOnce.tok == nil {
+		t.Fatalf("small tokenizer: %v", smallOnce.err)
+	}
+	return smallOnce.tok
 }
 
 func readJSONL[T any](t testing.TB, path string) []T {

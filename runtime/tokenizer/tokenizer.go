@@ -269,7 +269,7 @@ func splitRegex(re *regexp2.Regexp, s string, behavior splitBehavior, out []stri
 		}
 		m, err = re.FindNextMatch(m)
 	}
-	// err can only be a match timeout, and none is set; treat the rest as text.
+	// err can only be a match timeout (see splitTimeout): the rest is one piece.
 	if last < len(s) {
 		spans = append(spans, span{last, len(s), false})
 	}
