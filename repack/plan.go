@@ -387,4 +387,3 @@ func (p *Plan) Fingerprint() string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
-

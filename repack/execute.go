@@ -1,0 +1,505 @@
+package repack
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/qpack-go/qpack/qpack"
+)
+
+// DefaultTileSize is the buffer each worker streams a range through.
+const DefaultTileSize = 2 << 20
+
+// testHooks let tests slow a repack down or stop it at chosen points.
+type testHooks struct {
+	tileDelay    time.Duration                        // sleep after each tile a worker writes
+	afterCommit  func(frontier int)                   // after each journal write
+	beforeFinish func() error                         // after the last range, before Finish
+	afterRange   func(r srcRange, redo bool)          // after a worker wrote a range
+	corrupt      func(shard int, off int64, b []byte) // mutate bytes as read from the source
+}
+
+// ShardMismatchError reports a source shard whose bytes did not hash to
+// what the source said they must.
+type ShardMismatchError struct {
+	Shard    string
+	Expected string
+	Got      string
+}
+
+func (e *ShardMismatchError) Error() string {
+	return fmt.Sprintf("source shard %s: sha256 %s, but the source says it is %s: the bytes received are not the published file (nothing was placed; rerun to fetch this shard again)", e.Shard, e.Got, e.Expected)
+}
+
+// executor streams the plan's ranges into a qpack Writer and keeps the
+// journal.
+type executor struct {
+	plan    *Plan
+	m       *layoutMap
+	shards  []Shard
+	w       *qpack.Writer
+	partial string
+	dense   *os.File // read handle on model.safetensors for re-reads
+	j       *journal
+	log     *slog.Logger
+
+	workers, window int
+	tile            int
+	commitBytes     int64
+	commitEvery     time.Duration
+	hooks           *testHooks
+	progress        func(done int64, layer int)
+
+	fetched atomic.Int64 // source bytes streamed by workers
+	redone  int
+}
+
+// rangeJob is one unit of work: a range, and whether it is a redo of a
+// completed range whose bytes were found damaged (its hash is already in
+// the shard's sha256).
+type rangeJob struct {
+	r    srcRange
+	redo bool
+	done chan error
+}
+
+func (x *executor) gapPath(id int) string {
+	return filepath.Join(x.partial, gapDir, "r"+strconv.Itoa(id))
+}
+
+// writePiece writes b (a part of pc starting at byte off of the piece).
+func (x *executor) writePiece(pc piece, off int64, b []byte) error {
+	var err error
+	if pc.dst == dstDense {
+		_, err = x.w.WriteDense(b, pc.dstOff+off)
+	} else {
+		_, err = x.w.WriteAt(pc.dst, b, pc.dstOff+off)
+	}
+	return err
+}
+
+// readPiece reads len(b) bytes of pc's destination starting at byte off of
+// the piece.
+func (x *executor) readPiece(pc piece, off int64, b []byte) error {
+	var f *os.File
+	var name string
+	if pc.dst == dstDense {
+		f, name = x.dense, qpack.DenseName
+	} else {
+		var err error
+		if f, err = x.w.LayerFile(pc.dst); err != nil {
+			return err
+		}
+		name = qpack.LayerFile(pc.dst)
+	}
+	if _, err := f.ReadAt(b, pc.dstOff+off); err != nil {
+		return fmt.Errorf("re-reading %s at %d: %w", name, pc.dstOff+off, err)
+	}
+	return nil
+}
+
+func (x *executor) pieces(r srcRange) []piece {
+	var out []piece
+	x.m.forEach(r, func(pc piece) error { out = append(out, pc); return nil })
+	return out
+}
+
+// fetch streams range r from its shard and writes every piece to its
+// destination; gap bytes go to the range's spill file unless it is a redo
+// (whose bytes are already hashed).
+func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
+	r := job.r
+	pcs := x.pieces(r)
+	var gap *os.File
+	var gapLen int64
+	if !job.redo {
+		for _, pc := range pcs {
+			if pc.dst == dstGap {
+				gapLen += pc.n
+			}
+		}
+		if gapLen > 0 {
+			f, err := os.OpenFile(x.gapPath(r.id), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			gap = f
+		}
+	}
+	sh := x.shards[r.shard]
+	consume := func(body io.Reader) error {
+		pos := r.off
+		pi := 0          // current piece
+		var gapOff int64 // where the current gap piece's bytes go in the spill file
+		for pos < r.end {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n := min(int64(len(buf)), r.end-pos)
+			b := buf[:n]
+			if _, err := io.ReadFull(body, b); err != nil {
+				return fmt.Errorf("reading bytes %d-%d: %w", pos, pos+n, err)
+			}
+			if x.hooks != nil && x.hooks.corrupt != nil {
+				x.hooks.corrupt(r.shard, pos, b)
+			}
+			x.fetched.Add(n)
+			// Dispatch [pos, pos+n) to the pieces it covers.
+			for cur := pos; cur < pos+n; {
+				for pi < len(pcs) && pcs[pi].srcOff+pcs[pi].n <= cur {
+					if pcs[pi].dst == dstGap {
+						gapOff += pcs[pi].n
+					}
+					pi++
+				}
+				if pi >= len(pcs) {
+					return fmt.Errorf("internal error: byte %d is in no piece of range %d", cur, r.id)
+				}
+				pc := pcs[pi]
+				end := min(pc.srcOff+pc.n, pos+n)
+				chunk := b[cur-pos : end-pos]
+				within := cur - pc.srcOff
+				if pc.dst == dstGap {
+					if gap != nil {
+						if _, err := gap.WriteAt(chunk, gapOff+within); err != nil {
+							return fmt.Errorf("spilling gap bytes: %w", err)
+						}
+					}
+				} else if err := x.writePiece(pc, within, chunk); err != nil {
+					return err
+				}
+				cur = end
+			}
+			pos += n
+			if x.hooks != nil && x.hooks.tileDelay > 0 {
+				select {
+				case <-time.After(x.hooks.tileDelay):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}
+	var err error
+	if rs, ok := sh.(RangeStreamer); ok {
+		err = rs.StreamRange(ctx, r.off, r.end-r.off, consume)
+	} else {
+		err = consume(io.NewSectionReader(sh, r.off, r.end-r.off))
+	}
+	if err != nil {
+		return fmt.Errorf("source shard %s, bytes %d-%d: %w", sh.Name(), r.off, r.end, err)
+	}
+	if x.hooks != nil && x.hooks.afterRange != nil {
+		x.hooks.afterRange(r, job.redo)
+	}
+	return nil
+}
+
+// digestRange re-reads what range r wrote (in source order) and returns the
+// BLAKE3 of those bytes. When sha is not nil it is fed every byte of the
+// range in source order: written bytes re-read from the destinations, gap
+// bytes from the range's spill file.
+func (x *executor) digestRange(r srcRange, sha hash.Hash, buf []byte) (string, error) {
+	b3 := blake3.New()
+	var hdr [32]byte
+	copy(hdr[:8], "qpackrng")
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(r.id))
+	binary.LittleEndian.PutUint64(hdr[16:], uint64(r.off))
+	binary.LittleEndian.PutUint64(hdr[24:], uint64(r.end))
+	b3.Write(hdr[:])
+	var gap *os.File
+	var gapOff int64
+	defer func() {
+		if gap != nil {
+			gap.Close()
+		}
+	}()
+	err := x.m.forEach(r, func(pc piece) error {
+		if pc.dst == dstGap {
+			if sha == nil {
+				return nil
+			}
+			if gap == nil {
+				f, err := os.Open(x.gapPath(r.id))
+				if err != nil {
+					return fmt.Errorf("gap bytes of range %d: %w", r.id, err)
+				}
+				gap = f
+			}
+			for done := int64(0); done < pc.n; {
+				n := min(int64(len(buf)), pc.n-done)
+				if _, err := gap.ReadAt(buf[:n], gapOff+done); err != nil {
+					return fmt.Errorf("gap bytes of range %d: %w", r.id, err)
+				}
+				sha.Write(buf[:n])
+				done += n
+			}
+			gapOff += pc.n
+			return nil
+		}
+		for done := int64(0); done < pc.n; {
+			n := min(int64(len(buf)), pc.n-done)
+			if err := x.readPiece(pc, done, buf[:n]); err != nil {
+				return err
+			}
+			b3.Write(buf[:n])
+			if sha != nil {
+				sha.Write(buf[:n])
+			}
+			done += n
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b3.Sum(nil)), nil
+}
+
+// checkCompleted re-digests every completed range and returns those whose
+// bytes on disk no longer match the journal.
+func (x *executor) checkCompleted(ctx context.Context, progress func(done int64)) ([]srcRange, error) {
+	var (
+		mu      sync.Mutex
+		damaged []srcRange
+		first   error
+		next    atomic.Int64
+		done    atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for w := 0; w < max(1, min(x.workers, 4)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, x.tile)
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= x.j.Frontier || ctx.Err() != nil {
+					return
+				}
+				r := x.m.ranges[k]
+				d, err := x.digestRange(r, nil, buf)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				if err == nil && d != x.j.Digests[k] {
+					damaged = append(damaged, r)
+				}
+				mu.Unlock()
+				if progress != nil {
+					progress(done.Add(r.copied))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sortRanges(damaged)
+	return damaged, nil
+}
+
+func sortRanges(rs []srcRange) {
+	for i := 1; i < len(rs); i++ {
+		for k := i; k > 0 && rs[k].id < rs[k-1].id; k-- {
+			rs[k], rs[k-1] = rs[k-1], rs[k]
+		}
+	}
+}
+
+// run executes the redo ranges and every range from the frontier on, with
+// x.workers concurrent fetches; one committer re-reads each range in order,
+// hashes it, and records it in the journal.
+func (x *executor) run(ctx context.Context, redo []srcRange) error {
+	var jobs []*rangeJob
+	for _, r := range redo {
+		jobs = append(jobs, &rangeJob{r: r, redo: true, done: make(chan error, 1)})
+	}
+	for k := x.j.Frontier; k < len(x.m.ranges); k++ {
+		jobs = append(jobs, &rangeJob{r: x.m.ranges[k], done: make(chan error, 1)})
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(x.partial, gapDir), 0o755); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// window bounds how far the workers run ahead of the committer.
+	window := make(chan struct{}, x.window)
+	feed := make(chan *rangeJob)
+	var wg sync.WaitGroup
+	go func() {
+		defer close(feed)
+		for _, jb := range jobs {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case feed <- jb:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for w := 0; w < x.workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, x.tile)
+			for jb := range feed {
+				jb.done <- x.fetch(ctx, jb, buf)
+			}
+		}()
+	}
+	err := x.commitLoop(ctx, jobs, window)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan struct{}) error {
+	buf := make([]byte, x.tile)
+	sha, err := x.j.hashAtFrontier()
+	if err != nil {
+		return err
+	}
+	var (
+		dirty       bool
+		sinceCommit int64
+		lastCommit  = time.Now()
+		committed   int64
+	)
+	commit := func() error {
+		if !dirty {
+			return nil
+		}
+		if err := x.w.Sync(); err != nil {
+			return err
+		}
+		if err := x.j.write(x.partial); err != nil {
+			return err
+		}
+		dirty, sinceCommit, lastCommit = false, 0, time.Now()
+		if x.hooks != nil && x.hooks.afterCommit != nil {
+			x.hooks.afterCommit(x.j.Frontier)
+		}
+		return nil
+	}
+	for _, jb := range jobs {
+		var ferr error
+		select {
+		case ferr = <-jb.done:
+		case <-ctx.Done():
+			ferr = ctx.Err()
+		}
+		if ferr != nil {
+			// Keep what is complete.
+			if cerr := commit(); cerr != nil {
+				x.log.Warn("could not save the journal", "err", cerr)
+			}
+			return ferr
+		}
+		r := jb.r
+		if jb.redo {
+			d, err := x.digestRange(r, nil, buf)
+			if err != nil {
+				return err
+			}
+			if d != x.j.Digests[r.id] {
+				return fmt.Errorf("source shard %s, bytes %d-%d: fetched again after damage on disk, the bytes differ from those fetched before: the source changed under the journal (rerun with --discard-partial to start over)", x.shards[r.shard].Name(), r.off, r.end)
+			}
+			x.redone++
+		} else {
+			if r.id != x.j.Frontier {
+				return fmt.Errorf("internal error: committing range %d at frontier %d", r.id, x.j.Frontier)
+			}
+			d, err := x.digestRange(r, sha, buf)
+			if err != nil {
+				return err
+			}
+			os.Remove(x.gapPath(r.id))
+			x.j.Digests = append(x.j.Digests, d)
+			x.j.Frontier++
+			last := x.j.Frontier == len(x.m.ranges) || x.m.ranges[x.j.Frontier].shard != r.shard
+			if last {
+				got := hex.EncodeToString(sha.Sum(nil))
+				sh := x.shards[r.shard]
+				if want := sh.SHA256(); want != "" && got != want {
+					// Forget this shard so a rerun fetches it again.
+					x.resetShard(r.shard)
+					if err := x.j.write(x.partial); err != nil {
+						x.log.Warn("could not save the journal", "err", err)
+					}
+					return &ShardMismatchError{Shard: sh.Name(), Expected: want, Got: got}
+				}
+				x.j.ShardSHA256 = append(x.j.ShardSHA256, got)
+				sha.Reset()
+				x.j.HashState = ""
+			} else if err := x.j.setHashState(sha); err != nil {
+				return err
+			}
+		}
+		<-window
+		dirty = true
+		sinceCommit += r.end - r.off
+		committed += r.end - r.off
+		if x.progress != nil {
+			x.progress(committed, r.firstLayer)
+		}
+		if sinceCommit >= x.commitBytes || time.Since(lastCommit) >= x.commitEvery {
+			if err := commit(); err != nil {
+				return err
+			}
+		}
+	}
+	return commit()
+}
+
+// resetShard drops the journal's record of shard s (all its ranges are
+// before or at the frontier), so that it is fetched again.
+func (x *executor) resetShard(s int) {
+	first := -1
+	for _, r := range x.m.ranges {
+		if r.shard == s {
+			first = r.id
+			break
+		}
+	}
+	if first < 0 || first > x.j.Frontier {
+		return
+	}
+	x.j.Frontier = first
+	x.j.Digests = x.j.Digests[:first]
+	if len(x.j.ShardSHA256) > s {
+		x.j.ShardSHA256 = x.j.ShardSHA256[:s]
+	}
+	x.j.HashState = ""
+}
+
+var errStopped = errors.New("stopped by a test hook")
