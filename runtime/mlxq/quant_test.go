@@ -238,70 +238,86 @@ func TestRoundTrip(t *testing.T) {
 	const rows, cols = 3, 256
 	w := randMatrix(r, rows, cols)
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
-		nb := float64(int(1)<<bits - 1)
 		for _, group := range []int{32, 64, 128} {
 			for _, ft := range []Float{F32, F16, BF16} {
-				m, err := Quantize(w, rows, cols, bits, group, ft)
+				worst, err := checkRoundTrip(w, rows, cols, bits, group, ft)
 				if err != nil {
 					t.Fatal(err)
-				}
-				u := unitRoundoff(ft)
-				d := m.Dequantize()
-				worst := 0.0
-				for r := 0; r < rows; r++ {
-					q := m.Unpack(r)
-					for i := 0; i < cols; i++ {
-						gi := r*(cols/group) + i/group
-						sS := math.Abs(float64(ft.load(m.Scales, gi)))
-						bS := math.Abs(float64(ft.load(m.Biases, gi)))
-						s := sS * (1 + 2*u) // bound on the unrounded |s|
-						lvl := s / 2
-						if q[i] == 0 || float64(q[i]) == nb {
-							lvl = s
-						}
-						x := float64(w[r*cols+i])
-						mag := nb*s + bS + math.Abs(x)
-						bound := lvl + u*(nb*s+bS) + 0x1p-20*mag
-						if ft == F16 {
-							bound += 0x1p-24 * (nb + 1)
-						}
-						e := math.Abs(float64(d[r*cols+i]) - x)
-						if e > bound {
-							t.Fatalf("%d-bit g%d %v: row %d col %d: x=%v deq=%v err %g > bound %g (s=%g b=%g q=%d)",
-								bits, group, ft, r, i, x, d[r*cols+i], e, bound, sS, bS, q[i])
-						}
-						worst = max(worst, e/bound)
-					}
-				}
-				if ft == F32 {
-					// The edge of each group (its larger-magnitude end) is exact.
-					for r := 0; r < rows; r++ {
-						for g := 0; g < cols/group; g++ {
-							xs := w[r*cols+g*group : r*cols+(g+1)*group]
-							mn, mx := xs[0], xs[0]
-							for _, v := range xs {
-								mn, mx = min(mn, v), max(mx, v)
-							}
-							edge := mx
-							if abs32(mn) > abs32(mx) {
-								edge = mn
-							}
-							found := false
-							for i, v := range xs {
-								if v == edge && d[r*cols+g*group+i] == edge {
-									found = true
-								}
-							}
-							if !found {
-								t.Fatalf("%d-bit g%d: row %d group %d edge %v not exact", bits, group, r, g, edge)
-							}
-						}
-					}
 				}
 				t.Logf("%d-bit g%d %v: worst err/bound %.3f", bits, group, ft, worst)
 			}
 		}
 	}
+}
+
+// checkRoundTrip quantizes w and checks every dequantized element against the
+// bound derived above, and (for F32 storage) that each group's edge is exact.
+// It returns the largest err/bound seen.
+func checkRoundTrip(w []float32, rows, cols, bits, group int, ft Float) (float64, error) {
+	nb := float64(int(1)<<bits - 1)
+	m, err := Quantize(w, rows, cols, bits, group, ft)
+	if err != nil {
+		return 0, err
+	}
+	u := unitRoundoff(ft)
+	d := m.Dequantize()
+	worst := 0.0
+	for r := 0; r < rows; r++ {
+		q := m.Unpack(r)
+		for i := 0; i < cols; i++ {
+			gi := r*(cols/group) + i/group
+			sS := math.Abs(float64(ft.load(m.Scales, gi)))
+			bS := math.Abs(float64(ft.load(m.Biases, gi)))
+			s := sS * (1 + 2*u) // bound on the unrounded |s|
+			lvl := s / 2
+			if q[i] == 0 || float64(q[i]) == nb {
+				lvl = s
+			}
+			x := float64(w[r*cols+i])
+			mag := nb*s + bS + math.Abs(x)
+			bound := lvl + u*(nb*s+bS) + 0x1p-20*mag
+			if ft == F16 {
+				bound += 0x1p-24 * (nb + 1)
+			}
+			e := math.Abs(float64(d[r*cols+i]) - x)
+			if !(e <= bound) {
+				return 0, fmt.Errorf("%d-bit g%d %v: row %d col %d: x=%v deq=%v err %g > bound %g (s=%g b=%g q=%d)",
+					bits, group, ft, r, i, x, d[r*cols+i], e, bound, sS, bS, q[i])
+			}
+			if bound > 0 {
+				worst = max(worst, e/bound)
+			}
+		}
+	}
+	if ft == F32 {
+		// The edge of each group (its larger-magnitude end) is exact.
+		for r := 0; r < rows; r++ {
+			for g := 0; g < cols/group; g++ {
+				xs := w[r*cols+g*group : r*cols+(g+1)*group]
+				mn, mx := xs[0], xs[0]
+				for _, v := range xs {
+					mn, mx = min(mn, v), max(mx, v)
+				}
+				edge := mx
+				if abs32(mn) > abs32(mx) {
+					edge = mn
+				}
+				if abs32(edge) < 1e-7 {
+					continue // q0 may be 0: then the bias is 0, not the edge
+				}
+				found := false
+				for i, v := range xs {
+					if v == edge && d[r*cols+g*group+i] == edge {
+						found = true
+					}
+				}
+				if !found {
+					return 0, fmt.Errorf("%d-bit g%d: row %d group %d edge %v not exact", bits, group, r, g, edge)
+				}
+			}
+		}
+	}
+	return worst, nil
 }
 
 func TestNewQuantizedErrors(t *testing.T) {
