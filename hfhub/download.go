@@ -57,7 +57,7 @@ type FileResult struct {
 	Path      string `json:"path"`
 	Size      int64  `json:"size"`
 	LFS       bool   `json:"lfs"`
-	SHA256    string `json:"sha256,omitempty"`  // LFS files
+	SHA256    string `json:"sha256,omitempty"`   // LFS files
 	GitSHA1   string `json:"git_sha1,omitempty"` // git blob id (of the pointer for LFS files)
 	LocalPath string `json:"local_path,omitempty"`
 	BlobPath  string `json:"blob_path,omitempty"`
@@ -189,10 +189,18 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 
 	// Link or adopt what is already there, then fetch the rest with a pool
 	// of file workers sharing one pool of connection slots.
+	ferrs := make([]error, len(files))
+	fail := func(i int, err error) {
+		if !strings.Contains(err.Error(), files[i].Path) {
+			err = fmt.Errorf("%s: %w", files[i].Path, err)
+		}
+		ferrs[i] = err
+		res.Files[i].Status, res.Files[i].Error = StatusFailed, err.Error()
+	}
 	for i, f := range files {
 		if res.Files[i].Status == StatusCached {
 			if err := d.finishPresent(f, &res.Files[i]); err != nil {
-				res.Files[i].Status, res.Files[i].Error = StatusFailed, err.Error()
+				fail(i, err)
 			}
 		}
 	}
@@ -207,13 +215,13 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 			for i := range work {
 				fr := &res.Files[i]
 				if err := ctx.Err(); err != nil {
-					fr.Status, fr.Error = StatusFailed, err.Error()
+					fail(i, err)
 					continue
 				}
 				err := d.fetch(ctx, files[i], fr)
 				req.Progress.FileDone(files[i].Path, err)
 				if err != nil {
-					fr.Status, fr.Error = StatusFailed, err.Error()
+					fail(i, err)
 					continue
 				}
 				fr.Status = StatusDownloaded
@@ -228,9 +236,9 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 	res.DownloadedBytes = d.downloaded.Load()
 
 	var errs []error
-	for _, fr := range res.Files {
-		if fr.Status == StatusFailed {
-			errs = append(errs, fmt.Errorf("%s: %s", fr.Path, fr.Error))
+	for _, err := range ferrs {
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if req.LocalDir == "" {

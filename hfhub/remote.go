@@ -144,7 +144,7 @@ func (f *RemoteFile) ReadAtContext(ctx context.Context, p []byte, off int64) (in
 	for o := int64(0); o < n; o += f.opts.ChunkSize {
 		ranges = append(ranges, Range{Off: off + o, Len: min(f.opts.ChunkSize, n-o)})
 	}
-	err := f.readRanges(ctx, ranges, f.opts.Connections, f.opts.MaxRequest, 0, nil, func(r Range, body io.Reader) error {
+	err := f.readRanges(ctx, ranges, f.opts.Connections, f.opts.ChunkSize, 0, nil, func(r Range, body io.Reader) error {
 		_, err := io.ReadFull(body, p[r.Off-off:r.End()-off])
 		return err
 	})
@@ -176,8 +176,12 @@ type rangeGroup struct {
 func coalesce(ranges []Range, maxReq, maxGap int64) []rangeGroup {
 	sorted := append([]Range(nil), ranges...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Off < sorted[j].Off })
-	var groups []rangeGroup
+	var groups, empty []rangeGroup
 	for _, r := range sorted {
+		if r.Len == 0 {
+			empty = append(empty, rangeGroup{off: r.Off, end: r.Off, ranges: []Range{r}})
+			continue
+		}
 		if n := len(groups); n > 0 {
 			g := &groups[n-1]
 			if r.Off >= g.end && r.Off-g.end <= maxGap && r.End()-g.off <= maxReq {
@@ -188,7 +192,7 @@ func coalesce(ranges []Range, maxReq, maxGap int64) []rangeGroup {
 		}
 		groups = append(groups, rangeGroup{off: r.Off, end: r.End(), ranges: []Range{r}})
 	}
-	return groups
+	return append(groups, empty...)
 }
 
 // readRanges is ReadRanges with an optional shared slot pool (one slot per

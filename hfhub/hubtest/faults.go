@@ -9,12 +9,12 @@ type Route string
 
 const (
 	RouteAny     Route = ""
-	RouteInfo    Route = "info"         // GET /api/models/{repo}[/revision/{rev}]
-	RouteTree    Route = "tree"         // GET /api/models/{repo}/tree/{rev}[/{path}]
-	RoutePaths   Route = "paths-info"   // POST /api/models/{repo}/paths-info/{rev}
-	RouteResolve Route = "resolve"      // HEAD/GET /{repo}/resolve/{rev}/{path}
+	RouteInfo    Route = "info"          // GET /api/models/{repo}[/revision/{rev}]
+	RouteTree    Route = "tree"          // GET /api/models/{repo}/tree/{rev}[/{path}]
+	RoutePaths   Route = "paths-info"    // POST /api/models/{repo}/paths-info/{rev}
+	RouteResolve Route = "resolve"       // HEAD/GET /{repo}/resolve/{rev}/{path}
 	RouteCache   Route = "resolve-cache" // the relative 307 target (Config.ResolveCache)
-	RouteCDN     Route = "cdn"          // the CDN host
+	RouteCDN     Route = "cdn"           // the CDN host
 	RouteOther   Route = "other"
 )
 
@@ -144,7 +144,9 @@ type Request struct {
 	Fault     string
 }
 
-// Requests returns a copy of the log in order of completion.
+// Requests returns a copy of the log in order of arrival. Requests still in
+// progress are included with Status 0 (route, repository and file are
+// filled in as soon as they are known, when the answer is decided).
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,15 +167,24 @@ func (s *Server) Seq() int {
 	return s.seq + 1
 }
 
-func (s *Server) nextSeq() int {
+// begin numbers a request and logs it at once (so a client that has read its
+// answer always finds it in the log); finish updates the entry.
+func (s *Server) begin(r *Request) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	return s.seq
+	r.Seq = s.seq
+	s.log = append(s.log, *r)
+	return r.Seq
 }
 
-func (s *Server) record(r Request) {
+func (s *Server) update(seq int, r Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.log = append(s.log, r)
+	for i := len(s.log) - 1; i >= 0; i-- {
+		if s.log[i].Seq == seq {
+			s.log[i] = r
+			return
+		}
+	}
 }

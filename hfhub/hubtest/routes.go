@@ -68,15 +68,16 @@ type call struct {
 func (s *Server) handler(rl role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{s: s, w: &logWriter{ResponseWriter: w}, r: r}
-		c.entry = Request{Seq: s.nextSeq(), Role: string(rl), Method: r.Method, Host: r.Host,
+		c.entry = Request{Role: string(rl), Method: r.Method, Host: r.Host,
 			Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Range: r.Header.Get("Range"),
 			Auth: r.Header.Get("Authorization") != ""}
+		idx := s.begin(&c.entry)
 		defer func() {
 			c.entry.Status, c.entry.BodyBytes = c.w.status, c.w.bytes
 			if c.fault != nil {
 				c.entry.Fault = c.fault.Kind.String()
 			}
-			s.record(c.entry)
+			s.update(idx, c.entry)
 		}()
 		if rl == roleCDN {
 			c.serveCDN()
@@ -93,6 +94,10 @@ func (c *call) apply(route Route, path string) bool {
 	c.entry.File = path
 	c.fault = c.s.takeFault(route, c.r.Method, path)
 	f := c.fault
+	if f != nil {
+		c.entry.Fault = f.Kind.String()
+	}
+	c.s.update(c.entry.Seq, c.entry)
 	if f == nil {
 		return false
 	}
@@ -324,6 +329,7 @@ func (c *call) serveHub() {
 // answered already.
 func (c *call) lookup(id, rev string) (*repo, *snapshot, bool) {
 	c.entry.Repo, c.entry.Revision = id, rev
+	c.s.update(c.entry.Seq, c.entry)
 	auth := c.r.Header.Get("Authorization")
 	token, hasBearer := strings.CutPrefix(auth, "Bearer ")
 	c.s.mu.Lock()
@@ -830,6 +836,15 @@ func (c *call) writeBody(content Content, off, n int64) {
 		cutAt = min(f.AfterBytes, n-1) // at most everything but the last byte
 	}
 	for sent < n {
+		if f != nil && f.Kind == FaultStall && sent >= f.AfterBytes && !stalled {
+			stalled = true
+			c.w.Flush()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(f.Delay):
+			}
+		}
 		k := min(int64(len(buf)), n-sent)
 		if cutAt >= 0 {
 			if sent >= cutAt {
@@ -855,16 +870,6 @@ func (c *call) writeBody(content Content, off, n int64) {
 		sent += int64(m)
 		if f != nil {
 			switch f.Kind {
-			case FaultStall:
-				if sent >= f.AfterBytes && !stalled {
-					stalled = true
-					c.w.Flush()
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(f.Delay):
-					}
-				}
 			case FaultTrickle:
 				c.w.Flush()
 				select {
