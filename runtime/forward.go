@@ -3,6 +3,8 @@ package runtime
 import (
 	"fmt"
 	"math"
+	goruntime "runtime"
+	"sync"
 )
 
 // State is the decode state of one sequence: the position, a KV cache for
@@ -193,6 +195,29 @@ func (m *Model) attention(st *State, l int, a *attention, xn, out []float32, T i
 	be.MatMul(a.o, out, O, T)
 }
 
+// parallelFor runs fn over [0, n) split into contiguous ranges, one per
+// GOMAXPROCS goroutine, when n·workPerItem is large enough to pay for it.
+func parallelFor(n, workPerItem int, fn func(lo, hi int)) {
+	p := goruntime.GOMAXPROCS(0)
+	if p > n {
+		p = n
+	}
+	if p <= 1 || n*workPerItem < 1<<15 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range p {
+		lo, hi := i*n/p, (i+1)*n/p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
@@ -260,17 +285,14 @@ func (m *Model) deltaNet(st *State, l int, d *deltaNet, xn, out []float32, T int
 		be.MatMul(d.a, aa, xn, T)
 	}
 
+	// Causal conv + SiLU for every token of the chunk (sequential: each
+	// token shifts the window), then the per-head normalisations.
 	window := st.conv[l]
-	S := st.rec[l]
-	Y := make([]float32, T*Vd)
-	cv := make([]float32, C)
-	mem := make([]float32, dv)
-	delta := make([]float32, dv)
+	cvAll := make([]float32, T*C)
 	qScale := float32(1 / math.Sqrt(float64(dk)))
-	ratio := Nv / Nk
 	for t := range T {
 		u := mixed[t*C : (t+1)*C]
-		// Depthwise causal conv over the last K inputs, then SiLU.
+		cv := cvAll[t*C : (t+1)*C]
 		for ch := range C {
 			w := d.conv[ch*K : (ch+1)*K]
 			acc := w[K-1] * u[ch]
@@ -283,7 +305,7 @@ func (m *Model) deltaNet(st *State, l int, d *deltaNet, xn, out []float32, T int
 			copy(window, window[C:])
 			copy(window[(K-2)*C:], u)
 		}
-		q, k, v := cv[:Kd], cv[Kd:2*Kd], cv[2*Kd:]
+		q, k := cv[:Kd], cv[Kd:2*Kd]
 		for h := range Nk {
 			qh := q[h*dk : (h+1)*dk]
 			l2Normalize(qh, 1e-6)
@@ -292,45 +314,58 @@ func (m *Model) deltaNet(st *State, l int, d *deltaNet, xn, out []float32, T int
 			}
 			l2Normalize(k[h*dk:(h+1)*dk], 1e-6)
 		}
-		for h := range Nv {
+	}
+
+	// The gated delta recurrence: value heads are independent, so they run
+	// in parallel, each over the whole chunk in token order.
+	S := st.rec[l]
+	Y := make([]float32, T*Vd)
+	ratio := Nv / Nk
+	parallelFor(Nv, T*dk*dv, func(h0, h1 int) {
+		mem := make([]float32, dv)
+		delta := make([]float32, dv)
+		for h := h0; h < h1; h++ {
 			kh := h / ratio
-			kv, qv := k[kh*dk:(kh+1)*dk], q[kh*dk:(kh+1)*dk]
-			vv := v[h*dv : (h+1)*dv]
-			beta := sigmoid(bb[t*Nv+h])
-			decay := expf(d.negA[h] * softplus(aa[t*Nv+h]+d.dtBias[h]))
 			Sh := S[h*dk*dv : (h+1)*dk*dv]
-			// S ← decay·S;  mem = Sᵀk
-			clear(mem)
-			for i := range dk {
-				row := Sh[i*dv : (i+1)*dv]
-				ki := kv[i]
-				for j := range row {
-					row[j] *= decay
-					mem[j] += row[j] * ki
+			for t := range T {
+				cv := cvAll[t*C : (t+1)*C]
+				kv := cv[Kd+kh*dk : Kd+(kh+1)*dk]
+				qv := cv[kh*dk : (kh+1)*dk]
+				vv := cv[2*Kd+h*dv : 2*Kd+(h+1)*dv]
+				beta := sigmoid(bb[t*Nv+h])
+				decay := expf(d.negA[h] * softplus(aa[t*Nv+h]+d.dtBias[h]))
+				// S ← decay·S;  mem = Sᵀk
+				clear(mem)
+				for i := range dk {
+					row := Sh[i*dv : (i+1)*dv]
+					ki := kv[i]
+					for j := range row {
+						row[j] *= decay
+						mem[j] += row[j] * ki
+					}
 				}
-			}
-			for j := range delta {
-				delta[j] = beta * (vv[j] - mem[j])
-			}
-			// S ← S + k ⊗ δ;  o = Sᵀq
-			o := Y[t*Vd+h*dv : t*Vd+(h+1)*dv]
-			clear(o)
-			for i := range dk {
-				row := Sh[i*dv : (i+1)*dv]
-				ki, qi := kv[i], qv[i]
-				for j := range row {
-					row[j] += ki * delta[j]
-					o[j] += row[j] * qi
+				for j := range delta {
+					delta[j] = beta * (vv[j] - mem[j])
 				}
-			}
-			// Gated RMSNorm: rmsnorm(o)·w·silu(z).
-			rmsNorm(o, o, d.norm, m.eps)
-			zh := z[t*Vd+h*dv : t*Vd+(h+1)*dv]
-			for j := range o {
-				o[j] *= silu(zh[j])
+				// S ← S + k ⊗ δ;  o = Sᵀq
+				o := Y[t*Vd+h*dv : t*Vd+(h+1)*dv]
+				for i := range dk {
+					row := Sh[i*dv : (i+1)*dv]
+					ki, qi := kv[i], qv[i]
+					for j := range row {
+						row[j] += ki * delta[j]
+						o[j] += row[j] * qi
+					}
+				}
+				// Gated RMSNorm: rmsnorm(o)·w·silu(z).
+				rmsNorm(o, o, d.norm, m.eps)
+				zh := z[t*Vd+h*dv : t*Vd+(h+1)*dv]
+				for j := range o {
+					o[j] *= silu(zh[j])
+				}
 			}
 		}
-	}
+	})
 	be.MatMul(d.out, out, Y, T)
 }
 
@@ -376,6 +411,24 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 		slots[fill[e]] = s
 		fill[e]++
 	}
+	if pf, ok := m.Experts.(ExpertPrefetcher); ok {
+		need := make([]int, 0, min(E, T*k))
+		for e := range E {
+			if count[e+1] > count[e] {
+				need = append(need, e)
+			}
+		}
+		pf.Prefetch(l, need)
+	}
+	// The shared expert runs while a prefetching source reads; it is added
+	// after the routed sum, as before.
+	var sh, sg []float32
+	if b.shared != nil {
+		sh = make([]float32, T*H)
+		m.mlp(b.shared, xn, sh, T, c.SharedIntermediate)
+		sg = make([]float32, T)
+		be.MatMul(b.sharedGate, sg, xn, T)
+	}
 	res := make([]float32, T*k*H)
 	var xe, g, u, a, y []float32
 	for e := range E {
@@ -412,10 +465,6 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 		}
 	}
 	if b.shared != nil {
-		sh := make([]float32, T*H)
-		m.mlp(b.shared, xn, sh, T, c.SharedIntermediate)
-		sg := make([]float32, T)
-		be.MatMul(b.sharedGate, sg, xn, T)
 		for t := range T {
 			axpy(out[t*H:(t+1)*H], sigmoid(sg[t]), sh[t*H:(t+1)*H])
 		}

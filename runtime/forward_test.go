@@ -24,10 +24,22 @@ func variants() []synthetic.Dims {
 		tinyDims(runtime.TypeQwen35MoE, 0, 0),
 		tinyDims(runtime.TypeQwen35MoE, 4, 32),
 		tinyDims(runtime.TypeQwen35MoE, 3, 32),
+		wideDims(),
 	}
 }
 
-func name(d synthetic.Dims) string { return fmt.Sprintf("%s-b%dg%d", d.ModelType, d.Bits, d.Group) }
+// wideDims has DeltaNet heads large enough for the recurrence to run its
+// heads in parallel, and no shared expert.
+func wideDims() synthetic.Dims {
+	d := tinyDims(runtime.TypeQwen3Next, 6, 64)
+	d.LinKeyHeads, d.LinValueHeads, d.LinKeyDim, d.LinValueDim = 2, 8, 32, 64
+	d.Layers, d.SharedInter = 4, 0
+	return d
+}
+
+func name(d synthetic.Dims) string {
+	return fmt.Sprintf("%s-b%dg%d-v%dx%d", d.ModelType, d.Bits, d.Group, d.LinValueHeads, d.LinValueDim)
+}
 
 func mustModel(t testing.TB, d synthetic.Dims, seed uint64) *runtime.Model {
 	t.Helper()

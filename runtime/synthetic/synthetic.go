@@ -34,6 +34,13 @@ type Dims struct {
 	// group 64, as mlx-lm does), scales/biases and float tensors in BF16.
 	// Bits == 0 stores everything as F32.
 	Bits, Group int
+
+	// Unique, if > 0, bounds the random draws of a large matrix: only the
+	// first Unique experts of a stacked tensor, or the first Unique rows of
+	// an embedding / lm_head, are drawn and quantized; the rest repeat their
+	// bytes (still separate memory, so a benchmark touches as many bytes as
+	// with all-distinct weights). 0 draws everything.
+	Unique int
 }
 
 // Tiny returns the dims of the tiny test models (testdata/tiny).
@@ -199,7 +206,8 @@ func (g *gen) quantOf(module string, cols int) (bits, group int) {
 }
 
 // linear stores module's weight ([rows, cols] values, or [E, rows, cols] when
-// stacked > 0), quantized if the dims call for it.
+// stacked > 0), quantized if the dims call for it. With Dims.Unique, values
+// beyond the unique part are ignored and the stored bytes repeat.
 func (g *gen) linear(module string, w []float32, stacked, rows, cols int) error {
 	bits, group := g.quantOf(module, cols)
 	n := max(stacked, 1)
@@ -232,6 +240,46 @@ func (g *gen) linear(module string, w []float32, stacked, rows, cols int) error 
 	return nil
 }
 
+// tile stretches module's tensors along their first dim to n entries
+// (experts of a stacked tensor, or rows), entry i repeating entry i % u.
+func (g *gen) tile(module string, n int) {
+	for _, part := range []string{".weight", ".scales", ".biases"} {
+		t, ok := g.tensors[module+part]
+		if !ok {
+			continue
+		}
+		u := int(t.Shape[0])
+		per := len(t.Data) / u
+		data := make([]byte, n*per)
+		for i := range n {
+			copy(data[i*per:(i+1)*per], t.Data[(i%u)*per:(i%u+1)*per])
+		}
+		shape := append([]int64{int64(n)}, t.Shape[1:]...)
+		g.tensors[module+part] = runtime.DenseTensor{DType: t.DType, Shape: shape, Data: data}
+	}
+}
+
+// bigLinear draws and stores a large matrix ([lead·rows, cols] values; lead
+// = stacked experts, or 1 for an embedding / head), honouring Dims.Unique.
+func (g *gen) bigLinear(module string, stacked, rows, cols int, a float64) error {
+	u := g.d.Unique
+	switch {
+	case u > 0 && stacked > u:
+		if err := g.linear(module, g.uniform(u*rows*cols, a), u, rows, cols); err != nil {
+			return err
+		}
+		g.tile(module, stacked)
+		return nil
+	case u > 0 && stacked == 0 && rows > u:
+		if err := g.linear(module, g.uniform(u*cols, a), 0, u, cols); err != nil {
+			return err
+		}
+		g.tile(module, rows)
+		return nil
+	}
+	return g.linear(module, g.uniform(max(stacked, 1)*rows*cols, a), stacked, rows, cols)
+}
+
 // Generate draws a model from seed. The same seed and dims give the same
 // weights; for the same seed, a qwen3_next and a qwen3_5_moe model compute
 // the same function (the fused qwen3_next projections are the qwen3_5 ones
@@ -240,7 +288,7 @@ func Generate(d Dims, seed uint64) (*Model, error) {
 	g := &gen{d: d, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), tensors: runtime.MapTensors{}}
 	lp, head := d.prefix()
 	H := d.Hidden
-	if err := g.linear(lp+"embed_tokens", g.uniform(d.Vocab*H, 1), 0, d.Vocab, H); err != nil {
+	if err := g.bigLinear(lp+"embed_tokens", 0, d.Vocab, H, 1); err != nil {
 		return nil, err
 	}
 	norm := func(n int) []float32 { // stored 1+w
@@ -319,7 +367,7 @@ func Generate(d Dims, seed uint64) (*Model, error) {
 			n          string
 			rows, cols int
 		}{{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}} {
-			if err := g.linear(m+"switch_mlp."+t.n, g.linearValues(E*t.rows, t.cols, 1), E, t.rows, t.cols); err != nil {
+			if err := g.bigLinear(m+"switch_mlp."+t.n, E, t.rows, t.cols, math.Sqrt(3/float64(t.cols))); err != nil {
 				return nil, err
 			}
 		}
@@ -340,7 +388,7 @@ func Generate(d Dims, seed uint64) (*Model, error) {
 	}
 	g.vector(lp+"norm.weight", norm(H), int64(H))
 	if !d.Tied {
-		if err := g.linear(head, g.linearValues(d.Vocab, H, 1), 0, d.Vocab, H); err != nil {
+		if err := g.bigLinear(head, 0, d.Vocab, H, math.Sqrt(3/float64(H))); err != nil {
 			return nil, err
 		}
 	}
