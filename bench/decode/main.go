@@ -15,9 +15,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	goruntime "runtime"
 	"runtime/pprof"
 	"strings"
-	goruntime "runtime"
 	"time"
 
 	"github.com/qpack-go/qpack/runtime/synthetic"
