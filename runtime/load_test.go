@@ -183,3 +183,82 @@ func TestForwardErrors(t *testing.T) {
 		t.Fatal("foreign state accepted")
 	}
 }
+
+// Tied embeddings: without lm_head the embedding matrix is the head, which
+// is what an untied model whose lm_head holds the same bytes computes.
+func TestTiedEmbeddings(t *testing.T) {
+	for _, bits := range []int{0, 4} {
+		d := tinyDims(runtime.TypeQwen35MoE, bits, 32)
+		d.Tied = true
+		g := gen(t, d, 9)
+		if _, ok := g.Tensors["language_model.lm_head.weight"]; ok {
+			t.Fatal("tied model has an lm_head")
+		}
+		tied, err := g.Build(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		untiedCfg := *g.Config
+		untiedCfg.TieWordEmbeddings = false
+		tensors := runtime.MapTensors{}
+		for n, v := range g.Tensors {
+			tensors[n] = v
+			if rest, ok := strings.CutPrefix(n, "language_model.model.embed_tokens."); ok {
+				tensors["language_model.lm_head."+rest] = v
+			}
+		}
+		untied, err := runtime.NewModel(&untiedCfg, tensors, g.Experts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := maxAbsDiff(logitsOf(t, tied), logitsOf(t, untied)); diff != 0 {
+			t.Fatalf("bits %d: tied logits differ from the explicit head by %g", bits, diff)
+		}
+		// Untied without lm_head is an error naming the tensor.
+		delete(tensors, "language_model.lm_head.weight")
+		if _, err := runtime.NewModel(&untiedCfg, tensors, g.Experts, nil); err == nil ||
+			!strings.Contains(err.Error(), "language_model.lm_head.weight missing") {
+			t.Fatalf("missing head: %v", err)
+		}
+	}
+}
+
+// Layers listed in mlp_only_layers use a dense MLP; the model still loads
+// from a checkpoint and a container and agrees with itself in memory.
+func TestDenseMLPLayers(t *testing.T) {
+	d := tinyDims(runtime.TypeQwen3Next, 4, 32)
+	d.DenseLayers = []int{0, 5}
+	g := gen(t, d, 11)
+	if g.Config.Sparse[0] || g.Config.Sparse[5] || !g.Config.Sparse[1] {
+		t.Fatalf("sparse = %v", g.Config.Sparse)
+	}
+	mem, err := g.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := logitsOf(t, mem)
+	dir := filepath.Join(t.TempDir(), "ck")
+	if err := g.WriteCheckpoint(dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	qp := filepath.Join(t.TempDir(), "m.qpack")
+	if err := g.WriteContainer(qp); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, qp} {
+		m, err := runtime.Load(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := maxAbsDiff(logitsOf(t, m), want); diff != 0 {
+			t.Fatalf("%s: logits differ by %g", p, diff)
+		}
+		if _, err := m.Experts.Expert(0, 1); err == nil || !strings.Contains(err.Error(), "layer has no routed experts") {
+			t.Fatalf("expert of a dense layer: %v", err)
+		}
+		if _, err := m.Experts.Expert(1, 8); err == nil || !strings.Contains(err.Error(), "expert 8 of layer 1: expert out of range [0, 8)") {
+			t.Fatalf("expert range: %v", err)
+		}
+		m.Close()
+	}
+}

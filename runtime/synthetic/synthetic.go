@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/qpack-go/qpack/runtime"
@@ -28,6 +29,7 @@ type Dims struct {
 	MoEInter, SharedInter      int
 	FullEvery                  int // every FullEvery-th layer is full attention
 	Tied                       bool
+	DenseLayers                []int // qwen3_next mlp_only_layers: a dense SwiGLU MLP of 2·MoEInter
 
 	// Bits > 0 quantizes every Linear/Embedding whose input dim is a
 	// multiple of Group at Bits (router and shared_expert_gate at 8 bits,
@@ -76,7 +78,7 @@ func (d Dims) ConfigJSON() []byte {
 		"linear_num_key_heads": d.LinKeyHeads, "linear_num_value_heads": d.LinValueHeads,
 		"num_experts": d.Experts, "num_experts_per_tok": d.TopK, "moe_intermediate_size": d.MoEInter,
 		"shared_expert_intermediate_size": d.SharedInter, "intermediate_size": 2 * d.MoEInter,
-		"decoder_sparse_step": 1, "mlp_only_layers": []int{}, "norm_topk_prob": true,
+		"decoder_sparse_step": 1, "mlp_only_layers": append([]int{}, d.DenseLayers...), "norm_topk_prob": true,
 		"full_attention_interval": d.FullEvery, "hidden_act": "silu", "attention_bias": false,
 		"tie_word_embeddings": d.Tied,
 	}
@@ -359,6 +361,18 @@ func Generate(d Dims, seed uint64) (*Model, error) {
 			}
 		}
 		m := p + "mlp."
+		if slices.Contains(d.DenseLayers, l) {
+			I := 2 * d.MoEInter
+			for _, t := range []struct {
+				n          string
+				rows, cols int
+			}{{"gate_proj", I, H}, {"up_proj", I, H}, {"down_proj", H, I}} {
+				if err := g.linear(m+t.n, g.linearValues(t.rows, t.cols, 1), 0, t.rows, t.cols); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		if err := g.linear(m+"gate", g.linearValues(d.Experts, H, 2), 0, d.Experts, H); err != nil {
 			return nil, err
 		}
@@ -435,6 +449,9 @@ func newExperts(cfg *runtime.Config, t runtime.MapTensors) (*Experts, error) {
 	E := cfg.Experts
 	dims := [3][2]int{{cfg.MoEIntermediate, cfg.Hidden}, {cfg.MoEIntermediate, cfg.Hidden}, {cfg.Hidden, cfg.MoEIntermediate}}
 	for l := range cfg.Layers {
+		if !cfg.Sparse[l] {
+			continue
+		}
 		ex.w[l] = make([]*runtime.ExpertWeights, E)
 		for e := range E {
 			w := &runtime.ExpertWeights{Layer: l, Expert: e}

@@ -64,10 +64,14 @@ func (m *Model) WriteContainer(dst string) error {
 	cfg := m.Config
 	lp := cfg.Prefix
 	first := func(l int) string { return fmt.Sprintf("%slayers.%d.mlp.switch_mlp.", lp, l) }
+	sparse := 0
+	for !cfg.Sparse[sparse] {
+		sparse++
+	}
 	var specs []qpack.SectionSpec
 	for _, proj := range qpack.Projections {
 		for _, part := range qpack.SectionParts {
-			t, ok := m.Tensors[first(0)+proj+"."+part]
+			t, ok := m.Tensors[first(sparse)+proj+"."+part]
 			if !ok {
 				continue
 			}
@@ -105,6 +109,9 @@ func (m *Model) WriteContainer(dst string) error {
 	}
 	E := cfg.Experts
 	for l := range cfg.Layers {
+		if !cfg.Sparse[l] {
+			continue // the layer file stays zero
+		}
 		for e := range E {
 			var blob []byte
 			for _, s := range specs {
