@@ -25,7 +25,7 @@ func childDownload() int {
 	c, err := NewClient(Options{
 		Endpoint: os.Getenv("HFHUB_CHILD_ENDPOINT"), Anonymous: true,
 		RetryWaitMin: time.Millisecond, RetryWaitMax: 5 * time.Millisecond,
-		StallTimeout: 2 * time.Second,
+		StallTimeout: 2 * time.Second, UserAgent: os.Getenv("HFHUB_CHILD_UA"),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

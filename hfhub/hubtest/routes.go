@@ -70,7 +70,7 @@ func (s *Server) handler(rl role) http.Handler {
 		c := &call{s: s, w: &logWriter{ResponseWriter: w}, r: r}
 		c.entry = Request{Role: string(rl), Method: r.Method, Host: r.Host,
 			Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Range: r.Header.Get("Range"),
-			Auth: r.Header.Get("Authorization") != ""}
+			Auth: r.Header.Get("Authorization") != "", UserAgent: r.Header.Get("User-Agent")}
 		idx := s.begin(&c.entry)
 		defer func() {
 			c.entry.Status, c.entry.BodyBytes = c.w.status, c.w.bytes
