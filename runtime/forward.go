@@ -411,17 +411,18 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 		slots[fill[e]] = s
 		fill[e]++
 	}
-	if pf, ok := m.Experts.(ExpertPrefetcher); ok {
-		need := make([]int, 0, min(E, T*k))
-		for e := range E {
-			if count[e+1] > count[e] {
-				need = append(need, e)
-			}
+	used := make([]int, 0, min(E, T*k))
+	for e := range E {
+		if count[e+1] > count[e] {
+			used = append(used, e)
 		}
-		pf.Prefetch(l, need)
 	}
-	// The shared expert runs while a prefetching source reads; it is added
-	// after the routed sum, as before.
+	// A source that can read ahead (an ExpertPrefetcher) learns the chunk's
+	// experts now, ascending, and reads them while the shared expert
+	// computes; Expert is then called for each in the same order.
+	if p, ok := m.Experts.(interface{ Prefetch(layer int, experts []int) }); ok {
+		p.Prefetch(l, used)
+	}
 	var sh, sg []float32
 	if b.shared != nil {
 		sh = make([]float32, T*H)
@@ -431,12 +432,9 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 	}
 	res := make([]float32, T*k*H)
 	var xe, g, u, a, y []float32
-	for e := range E {
+	for _, e := range used {
 		group := slots[count[e]:count[e+1]]
 		n := len(group)
-		if n == 0 {
-			continue
-		}
 		w, err := m.Experts.Expert(l, e)
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)
@@ -456,6 +454,8 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 			copy(res[s*H:(s+1)*H], y[i*H:(i+1)*H])
 		}
 	}
+	// Each token: its routed experts in its own top-k order, then the
+	// gated shared expert.
 	clear(out[:T*H])
 	for t := range T {
 		o := out[t*H : (t+1)*H]
@@ -463,10 +463,8 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 			s := t*k + j
 			axpy(o, wts[s], res[s*H:(s+1)*H])
 		}
-	}
-	if b.shared != nil {
-		for t := range T {
-			axpy(out[t*H:(t+1)*H], sigmoid(sg[t]), sh[t*H:(t+1)*H])
+		if sh != nil {
+			axpy(o, sigmoid(sg[t]), sh[t*H:(t+1)*H])
 		}
 	}
 	return nil

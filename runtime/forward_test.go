@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
@@ -123,5 +124,75 @@ func TestFusedProjectionsMatchSeparate(t *testing.T) {
 		if diff := maxAbsDiff(a, b); diff != 0 {
 			t.Fatalf("bits %d: qwen3_next and qwen3_5_moe logits differ by %g", bits, diff)
 		}
+	}
+}
+
+// recordingSource wraps an ExpertSource and records the calls a
+// prefetching source sees.
+type recordingSource struct {
+	runtime.ExpertSource
+	log []string
+}
+
+func (r *recordingSource) Prefetch(layer int, experts []int) {
+	r.log = append(r.log, fmt.Sprint("P", layer, experts))
+}
+
+func (r *recordingSource) Expert(l, e int) (*runtime.ExpertWeights, error) {
+	r.log = append(r.log, fmt.Sprint("E", l, " ", e))
+	return r.ExpertSource.Expert(l, e)
+}
+
+// For each layer of a chunk, Prefetch gets the union of the routed experts,
+// ascending, once; then each is fetched exactly once, in that order.
+func TestPrefetchProtocol(t *testing.T) {
+	g := gen(t, tinyDims(runtime.TypeQwen35MoE, 0, 0), 1)
+	rec := &recordingSource{ExpertSource: g.Experts}
+	m, err := runtime.NewModel(g.Config, g.Tensors, rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fullLogits(t, mustModel(t, tinyDims(runtime.TypeQwen35MoE, 0, 0), 1), testTokens)
+	if diff := maxAbsDiff(fullLogits(t, m, testTokens), want); diff != 0 {
+		t.Fatalf("logits through the wrapper differ by %g", diff)
+	}
+	layer := -1
+	var pending []int
+	for _, entry := range rec.log {
+		var l int
+		if entry[0] == 'P' {
+			if len(pending) != 0 {
+				t.Fatalf("prefetch %q while experts %v of layer %d are still pending", entry, pending, layer)
+			}
+			var list string
+			fmt.Sscanf(entry, "P%d %s", &l, &list)
+			if l != layer+1 {
+				t.Fatalf("prefetch for layer %d after layer %d", l, layer)
+			}
+			layer = l
+			body := entry[strings.Index(entry, "[")+1 : len(entry)-1]
+			pending = pending[:0]
+			for _, f := range strings.Fields(body) {
+				var e int
+				fmt.Sscan(f, &e)
+				if len(pending) > 0 && e <= pending[len(pending)-1] {
+					t.Fatalf("prefetch list not ascending: %s", entry)
+				}
+				pending = append(pending, e)
+			}
+			if len(pending) == 0 || len(pending) > min(len(testTokens)*2, 8) {
+				t.Fatalf("prefetch list %s", entry)
+			}
+			continue
+		}
+		var e int
+		fmt.Sscanf(entry, "E%d %d", &l, &e)
+		if l != layer || len(pending) == 0 || pending[0] != e {
+			t.Fatalf("fetch %q, expected layer %d expert %v", entry, layer, pending)
+		}
+		pending = pending[1:]
+	}
+	if layer != 7 || len(pending) != 0 {
+		t.Fatalf("ended at layer %d with %v pending", layer, pending)
 	}
 }
