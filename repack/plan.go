@@ -214,44 +214,81 @@ func BuildPlan(cfg *ModelConfig, shards []SourceShard) (*Plan, error) {
 }
 
 // resolveQuant works out the experts' quantization from their shapes and
-// checks it against what config.json declares.
+// checks it against what config.json declares. Every projection must be
+// quantized the same way (MLX affine: U32 packed weights, float scales and
+// biases of one dtype and shape) or none may be.
 func (p *Plan) resolveQuant() error {
-	w, okW := p.Layout.Section("gate_proj.weight")
-	s, okS := p.Layout.Section("gate_proj.scales")
-	if !okW || !okS {
-		return nil // float experts
-	}
-	if len(w.Shape) < 1 || len(s.Shape) < 1 {
-		return nil
-	}
-	// Find the declared group size: the override of layer 0's gate_proj
-	// module if any, else the global one.
-	module := ""
-	for _, e := range p.Experts {
-		if e.Layer == 0 && p.Layout.Sections[e.Section].Name == "gate_proj.weight" {
-			module = strings.TrimSuffix(e.Src.Name, ".weight")
+	quantized, plain := 0, 0
+	for _, proj := range qpack.Projections {
+		w, okW := p.Layout.Section(proj + ".weight")
+		s, okS := p.Layout.Section(proj + ".scales")
+		b, okB := p.Layout.Section(proj + ".biases")
+		if !okW {
+			continue
 		}
+		// The layer-0 module path, for messages and per-module overrides.
+		module := proj
+		for _, e := range p.Experts {
+			if e.Layer == 0 && p.Layout.Sections[e.Section].Name == proj+".weight" {
+				module = strings.TrimSuffix(e.Src.Name, ".weight")
+			}
+		}
+		if !okS {
+			if okB {
+				return fmt.Errorf("%s: has biases but no scales", module)
+			}
+			plain++
+			continue
+		}
+		quantized++
+		if !okB {
+			return fmt.Errorf("%s: has scales but no biases; MLX affine quantization stores both", module)
+		}
+		if w.DType != safetensors.U32 {
+			return fmt.Errorf("%s: quantized weight has dtype %s, want U32 (packed)", module, w.DType)
+		}
+		switch s.DType {
+		case safetensors.BF16, safetensors.F16, safetensors.F32:
+		default:
+			return fmt.Errorf("%s: scales have dtype %s, want a float type", module, s.DType)
+		}
+		if b.DType != s.DType || !equalShape(b.Shape, s.Shape) {
+			return fmt.Errorf("%s: biases %s %v do not match scales %s %v", module, b.DType, b.Shape, s.DType, s.Shape)
+		}
+		n := len(w.Shape)
+		if n < 1 || len(s.Shape) != n || !equalShape(w.Shape[:n-1], s.Shape[:n-1]) {
+			return fmt.Errorf("%s: weight shape %v and scales shape %v do not go together", module, w.Shape, s.Shape)
+		}
+		bitsDecl, group := p.Config.quantFor(module)
+		wcols, scols := w.Shape[n-1], s.Shape[n-1]
+		if group <= 0 {
+			return fmt.Errorf("%s: experts are quantized (they have scales) but config.json declares no group size", module)
+		}
+		if wcols <= 0 || scols <= 0 {
+			return fmt.Errorf("%s: empty quantized weight (shape %v, scales %v)", module, w.Shape, s.Shape)
+		}
+		num := 32 * wcols
+		den := scols * int64(group)
+		if num%den != 0 {
+			return fmt.Errorf("%s: packed width %d and %d scale groups of %d do not give a whole bit width", module, wcols, scols, group)
+		}
+		bits := int(num / den)
+		switch bits {
+		case 2, 3, 4, 5, 6, 8:
+		default:
+			return fmt.Errorf("%s: shapes imply %d-bit quantization with group %d, which MLX does not use", module, bits, group)
+		}
+		if bitsDecl != 0 && bitsDecl != bits {
+			return fmt.Errorf("%s: config.json declares %d-bit but the tensor shapes are %d-bit (group %d)", module, bitsDecl, bits, group)
+		}
+		if p.QuantBits != 0 && (p.QuantBits != bits || p.QuantGroup != group) {
+			return fmt.Errorf("%s: %d-bit group %d, but another projection is %d-bit group %d; a .qpack v1 records one quantization for all experts", module, bits, group, p.QuantBits, p.QuantGroup)
+		}
+		p.QuantBits, p.QuantGroup = bits, group
 	}
-	bitsDecl, group := p.Config.quantFor(module)
-	wcols, scols := w.Shape[len(w.Shape)-1], s.Shape[len(s.Shape)-1]
-	if group <= 0 || scols <= 0 {
-		return fmt.Errorf("experts are quantized (%s has scales) but config.json declares no group size", module)
+	if quantized > 0 && plain > 0 {
+		return fmt.Errorf("some expert projections are quantized and some are not; a .qpack v1 needs one quantization for all")
 	}
-	num := 32 * wcols
-	den := scols * int64(group)
-	if den == 0 || num%den != 0 {
-		return fmt.Errorf("%s: packed width %d and %d scale groups of %d do not give a whole bit width", module, wcols, scols, group)
-	}
-	b := int(num / den)
-	switch b {
-	case 2, 3, 4, 5, 6, 8:
-	default:
-		return fmt.Errorf("%s: shapes imply %d-bit quantization, which MLX does not use", module, b)
-	}
-	if bitsDecl != 0 && bitsDecl != b {
-		return fmt.Errorf("%s: config.json declares %d-bit but the tensor shapes are %d-bit (group %d)", module, bitsDecl, b, group)
-	}
-	p.QuantBits, p.QuantGroup = b, group
 	return nil
 }
 
