@@ -420,7 +420,7 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 	// A source that can read ahead (an ExpertPrefetcher) learns the chunk's
 	// experts now, ascending, and reads them while the shared expert
 	// computes; Expert is then called for each in the same order.
-	if p, ok := m.Experts.(interface{ Prefetch(layer int, experts []int) }); ok {
+	if p, ok := m.Experts.(prefetcher); ok {
 		p.Prefetch(l, used)
 	}
 	var sh, sg []float32
@@ -469,6 +469,9 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 	}
 	return nil
 }
+
+// prefetcher is the method set of an ExpertPrefetcher.
+type prefetcher interface{ Prefetch(layer int, experts []int) }
 
 // mlp is a dense SwiGLU MLP (the shared expert, or a layer without experts).
 func (m *Model) mlp(d *denseMLP, xn, out []float32, T, inter int) {
