@@ -471,7 +471,9 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 }
 
 // prefetcher is the method set of an ExpertPrefetcher.
-type prefetcher interface{ Prefetch(layer int, experts []int) }
+type prefetcher interface {
+	Prefetch(layer int, experts []int)
+}
 
 // mlp is a dense SwiGLU MLP (the shared expert, or a layer without experts).
 func (m *Model) mlp(d *denseMLP, xn, out []float32, T, inter int) {
