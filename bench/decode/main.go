@@ -97,7 +97,6 @@ func run(layers, vocab, prompt, steps int, seed uint64, unique int) error {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
 	for range steps {
@@ -107,6 +106,9 @@ func run(layers, vocab, prompt, steps int, seed uint64, unique int) error {
 		next = argmax(logits)
 	}
 	el := time.Since(start)
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
 	tokps := float64(steps) / el.Seconds()
 	eff := float64(perToken) * tokps / 1e9
 
