@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/synthetic"
 )
 
@@ -112,10 +113,33 @@ func run(layers, vocab, prompt, steps int, seed uint64, unique int) error {
 	tokps := float64(steps) / el.Seconds()
 	eff := float64(perToken) * tokps / 1e9
 
+	// The lm_head product alone, to split the token time into head and layers
+	// and extrapolate to the real 40 layers.
+	ht := g.Tensors["language_model.lm_head.weight"]
+	head, err := mlxq.NewQuantized(vocab, d.Hidden, d.Bits, d.Group, mlxq.BF16, ht.Data,
+		g.Tensors["language_model.lm_head.scales"].Data, g.Tensors["language_model.lm_head.biases"].Data)
+	if err != nil {
+		return err
+	}
+	hx := make([]float32, d.Hidden)
+	for i := range hx {
+		hx[i] = float32(i%7) - 3
+	}
+	hy := make([]float32, vocab)
+	head.MatVec(hy, hx)
+	th := time.Now()
+	for range steps {
+		head.MatVec(hy, hx)
+	}
+	headMs := time.Since(th).Seconds() * 1000 / float64(steps)
+	layerMs := (1000/tokps - headMs) / float64(layers)
+
 	base := streamRate(perToken)
 	fmt.Printf("prefill: %d tokens in %.2fs (%.1f tok/s)\n", prompt, prefill.Seconds(), float64(prompt)/prefill.Seconds())
 	fmt.Printf("decode:  %.2f tok/s (%.1f ms/token), %.0f MB of weights per token -> %.2f GB/s effective\n",
 		tokps, 1000/tokps, float64(perToken)/1e6, eff)
+	fmt.Printf("split:   lm_head %.1f ms, %.1f ms per layer -> a 40-layer model would decode at %.2f tok/s\n",
+		headMs, layerMs, 1000/(headMs+40*layerMs))
 	fmt.Printf("baseline: summing %.0f MB from RAM runs at %.2f GB/s -> decode reaches %.2fx of it\n",
 		float64(perToken)/1e6, base, eff/base)
 	return nil
