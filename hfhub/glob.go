@@ -1,6 +1,9 @@
 package hfhub
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // MatchGlob reports whether name matches pattern with the semantics of
 // Python's fnmatch.fnmatchcase, which the official client uses for
@@ -8,7 +11,25 @@ import "strings"
 // '?' any one character, "[seq]" / "[!seq]" a set with ranges; an unclosed
 // '[' is literal; matching is case-sensitive and covers the whole name.
 func MatchGlob(pattern, name string) bool {
-	return matchTokens(compileGlob(pattern), []rune(name))
+	return matchTokens(compileGlob(pattern), toRunes(name))
+}
+
+// toRunes decodes UTF-8; invalid bytes become U+DC80..U+DCFF, as Python's
+// surrogateescape does, so they only match themselves.
+func toRunes(s string) []rune {
+	if utf8.ValidString(s) {
+		return []rune(s)
+	}
+	out := make([]rune, 0, len(s))
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			r = 0xDC00 + rune(s[0])
+		}
+		out = append(out, r)
+		s = s[n:]
+	}
+	return out
 }
 
 // FilterPaths keeps the paths matched by at least one include pattern (all
@@ -41,7 +62,7 @@ func matchesAny(pats [][]globToken, name string, emptyMeans bool) bool {
 	if len(pats) == 0 {
 		return emptyMeans
 	}
-	r := []rune(name)
+	r := toRunes(name)
 	for _, p := range pats {
 		if matchTokens(p, r) {
 			return true
@@ -67,7 +88,7 @@ type globToken struct {
 }
 
 func compileGlob(pattern string) []globToken {
-	p := []rune(pattern)
+	p := toRunes(pattern)
 	var out []globToken
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; c {
