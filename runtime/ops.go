@@ -1,9 +1,6 @@
 package runtime
 
-import (
-	"math"
-	"sort"
-)
+import "math"
 
 // Element-wise and small reduction operations of the forward pass, all in
 // float32 storage with float64 accumulation where a sum is involved.
@@ -159,20 +156,6 @@ func (r *rope) apply(x []float32, pos int) {
 		x[i] = a*c - b*s
 		x[i+half] = b*c + a*s
 	}
-}
-
-// sortedUnique returns the distinct values of xs in ascending order.
-func sortedUnique(xs []int) []int {
-	out := append([]int(nil), xs...)
-	sort.Ints(out)
-	n := 0
-	for i, v := range out {
-		if i == 0 || v != out[n-1] {
-			out[n] = v
-			n++
-		}
-	}
-	return out[:n]
 }
 
 func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
