@@ -13,6 +13,14 @@ import (
 // precomputed once per call. Accumulation is float32 in several independent
 // accumulators.
 
+// nibbles[c] holds the two 4-bit codes of byte c as float32: low, high.
+var nibbles = func() (t [256][2]float32) {
+	for c := range t {
+		t[c] = [2]float32{float32(c & 15), float32(c >> 4)}
+	}
+	return t
+}()
+
 // q4DotGo: 4 bits, x in natural order. Byte j of a group holds element 2j in
 // its low nibble and 2j+1 in its high nibble.
 func q4DotGo(row []byte, x, s, b, xs []float32, group int) float32 {
@@ -22,13 +30,14 @@ func q4DotGo(row []byte, x, s, b, xs []float32, group int) float32 {
 		w := row[g*gb : (g+1)*gb]
 		xg := x[g*group : (g+1)*group]
 		var a0, a1, a2, a3 float32
-		for k := 0; k+4 <= len(w) && 2*k+8 <= len(xg); k += 4 {
-			v := binary.LittleEndian.Uint32(w[k:])
-			xx := (*[8]float32)(xg[2*k:])
-			a0 += float32(v&15)*xx[0] + float32(v>>4&15)*xx[1]
-			a1 += float32(v>>8&15)*xx[2] + float32(v>>12&15)*xx[3]
-			a2 += float32(v>>16&15)*xx[4] + float32(v>>20&15)*xx[5]
-			a3 += float32(v>>24&15)*xx[6] + float32(v>>28)*xx[7]
+		for len(w) >= 4 && len(xg) >= 8 {
+			xx := (*[8]float32)(xg)
+			t0, t1, t2, t3 := &nibbles[w[0]], &nibbles[w[1]], &nibbles[w[2]], &nibbles[w[3]]
+			a0 += t0[0]*xx[0] + t0[1]*xx[1]
+			a1 += t1[0]*xx[2] + t1[1]*xx[3]
+			a2 += t2[0]*xx[4] + t2[1]*xx[5]
+			a3 += t3[0]*xx[6] + t3[1]*xx[7]
+			w, xg = w[4:], xg[8:]
 		}
 		acc += s[g]*((a0+a1)+(a2+a3)) + b[g]*xs[g]
 	}
@@ -86,6 +95,17 @@ func qDotGo(w []byte, x, s, b, xs []float32, group, bits int) float32 {
 		acc += s[g]*(a0+a1) + b[g]*xs[g]
 	}
 	return acc
+}
+
+// denseDotGo returns sum_i w_i x_i for a row of type t.
+func denseDotGo(t Float, w []byte, x []float32) float32 {
+	switch t {
+	case F32:
+		return dotF32Go(w, x)
+	case BF16:
+		return dotBF16Go(w, x)
+	}
+	return dotF16Go(w, x)
 }
 
 func dotF32Go(w []byte, x []float32) float32 {

@@ -2,17 +2,18 @@
 
 package mlxq
 
-const (
-	asmAvailable = false
-	asmF16       = false
-)
+const asmAvailable = false
 
-func q4DotAsm(row []byte, x []float32, s, b []byte, t Float, xs []float32, group int) float32 {
+func qDotAsm(bits int, row []byte, x []float32, s, b []byte, t Float, xs []float32, group int) float32 {
 	panic("mlxq: no asm kernels")
 }
-func q8DotAsm(row []byte, x []float32, s, b []byte, t Float, xs []float32, group int) float32 {
+
+func qDot4Asm(bits int, row []byte, x []float32, cols int, s, b []byte, t Float, xs []float32, group int, out *[4]float32) {
 	panic("mlxq: no asm kernels")
 }
-func dotF32Asm(w []byte, x []float32) float32  { panic("mlxq: no asm kernels") }
-func dotBF16Asm(w []byte, x []float32) float32 { panic("mlxq: no asm kernels") }
-func dotF16Asm(w []byte, x []float32) float32  { panic("mlxq: no asm kernels") }
+
+func denseDotAsm(t Float, w []byte, x []float32) float32 { panic("mlxq: no asm kernels") }
+
+func denseDot4Asm(t Float, w []byte, x []float32, cols int, out *[4]float32) {
+	panic("mlxq: no asm kernels")
+}

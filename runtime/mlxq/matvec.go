@@ -53,47 +53,29 @@ func (m Matrix) MatMul(Y, X []float32, n int) {
 type kernelKind int
 
 const (
-	kQ4Go kernelKind = iota
-	kQ8Go
-	kQGo // 2, 3, 5, 6 bits
-	kQ4Asm
-	kQ8Asm
-	kF32Go
-	kBF16Go
-	kF16Go
-	kF32Asm
-	kBF16Asm
-	kF16Asm
+	kQAsm     kernelKind = iota // 4 or 8 bits, assembly
+	kQ4Go                       // 4 bits, portable
+	kQ8Go                       // 8 bits, portable
+	kQGo                        // 2, 3, 5, 6 bits, portable
+	kDenseAsm                   // F32, F16, BF16, assembly
+	kDenseGo                    // F32, F16, BF16, portable
 )
 
 func (m Matrix) kernel() kernelKind {
 	switch m.Bits {
 	case 0:
-		switch m.Type {
-		case F32:
-			if useAsm {
-				return kF32Asm
-			}
-			return kF32Go
-		case BF16:
-			if useAsm {
-				return kBF16Asm
-			}
-			return kBF16Go
-		default:
-			if useAsm && asmF16 {
-				return kF16Asm
-			}
-			return kF16Go
+		if useAsm {
+			return kDenseAsm
 		}
+		return kDenseGo
 	case 4:
 		if useAsm {
-			return kQ4Asm
+			return kQAsm
 		}
 		return kQ4Go
 	case 8:
 		if useAsm {
-			return kQ8Asm
+			return kQAsm
 		}
 		return kQ8Go
 	}
@@ -129,15 +111,16 @@ func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
 	ng := m.Groups()
 	g := m.GroupSize
 	p.xsum = grow(p.xsum, n*ng)
-	if k == kQ4Asm {
+	if k == kQAsm && m.Bits == 4 {
 		p.buf = grow(p.buf, len(X))
 		p.x = p.buf
 	}
 	// Per group: sum x (float32, eight independent accumulators) and, for the
-	// 4-bit assembly kernel, copy x re-ordered. That kernel widens 8 bytes (16
-	// elements) at a time and splits low and high nibbles, i.e. even and odd
-	// elements: per 16 elements it wants x0 x2 .. x14 x1 x3 .. x15.
-	perm := k == kQ4Asm
+	// 4-bit assembly kernel, copy x re-arranged. That kernel widens 8 bytes
+	// (16 elements) at a time; per 16 elements it wants x_even - x_odd/16
+	// (8 values, to multiply the low nibbles) then x_odd/16 (8 values, to
+	// multiply the whole bytes lo + 16*hi).
+	perm := k == kQAsm && m.Bits == 4
 	for gi := 0; gi < n*ng; gi++ {
 		xg := X[gi*g : (gi+1)*g]
 		var a [8]float32
@@ -149,8 +132,9 @@ func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
 			if perm {
 				dst := (*[16]float32)(p.buf[gi*g+j : gi*g+j+16])
 				for t := 0; t < 8; t++ {
-					dst[t] = src[2*t]
-					dst[8+t] = src[2*t+1]
+					o := src[2*t+1] * (1.0 / 16)
+					dst[t] = src[2*t] - o
+					dst[8+t] = o
 				}
 			}
 		}
@@ -170,43 +154,48 @@ func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float3
 	if m.Bits > 0 {
 		s, b = sb[:ng], sb[ng:2*ng]
 	}
+	var out [4]float32
 	for r := r0; r < r1; r++ {
 		row := m.Weight[r*rb : (r+1)*rb]
 		var rs, rbias []byte
 		if m.Bits > 0 {
 			rs = m.Scales[r*sbytes : (r+1)*sbytes]
 			rbias = m.Biases[r*sbytes : (r+1)*sbytes]
-			if k == kQ4Go || k == kQ8Go || k == kQGo {
+			if k != kQAsm {
 				DecodeFloats(s, rs, m.Type)
 				DecodeFloats(b, rbias, m.Type)
 			}
 		}
-		for v := 0; v < n; v++ {
+		v := 0
+		// Four vectors at a time where the assembly has a kernel for it:
+		// the row is decoded once for all four.
+		for ; v+4 <= n && (k == kQAsm || k == kDenseAsm); v += 4 {
+			x := p.x[v*cols : (v+4)*cols]
+			if k == kQAsm {
+				qDot4Asm(m.Bits, row, x, cols, rs, rbias, m.Type, p.xsum[v*ng:(v+4)*ng], m.GroupSize, &out)
+			} else {
+				denseDot4Asm(m.Type, row, x, cols, &out)
+			}
+			for j, y := range out {
+				Y[(v+j)*m.Rows+r] = y
+			}
+		}
+		for ; v < n; v++ {
 			x := p.x[v*cols : (v+1)*cols]
 			var y float32
 			switch k {
-			case kQ4Asm:
-				y = q4DotAsm(row, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
-			case kQ8Asm:
-				y = q8DotAsm(row, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+			case kQAsm:
+				y = qDotAsm(m.Bits, row, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQ4Go:
 				y = q4DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQ8Go:
 				y = q8DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQGo:
 				y = qDotGo(m.Weight[r*rb:], x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize, m.Bits)
-			case kF32Go:
-				y = dotF32Go(row, x)
-			case kBF16Go:
-				y = dotBF16Go(row, x)
-			case kF16Go:
-				y = dotF16Go(row, x)
-			case kF32Asm:
-				y = dotF32Asm(row, x)
-			case kBF16Asm:
-				y = dotBF16Asm(row, x)
-			case kF16Asm:
-				y = dotF16Asm(row, x)
+			case kDenseAsm:
+				y = denseDotAsm(m.Type, row, x)
+			case kDenseGo:
+				y = denseDotGo(m.Type, row, x)
 			}
 			Y[v*m.Rows+r] = y
 		}

@@ -114,23 +114,16 @@ func TestMatVecQuantized(t *testing.T) {
 					name := fmt.Sprintf("%d-bit g%d %v", bits, group, ft)
 					checkClose(t, name+" MatVec", y, want, mag)
 
-					// MatMul over 3 vectors: same numbers as 3 MatVecs.
-					const n = 3
+					// MatMul over 6 vectors (a block of four and two more).
+					const n = 6
 					X := make([]float32, 0, n*cols)
 					X = append(X, x...)
-					X = append(X, randVec(r, 2*cols)...)
+					X = append(X, randVec(r, (n-1)*cols)...)
 					Y := make([]float32, n*rows)
 					m.MatMul(Y, X, n)
 					for v := 0; v < n; v++ {
-						yv := make([]float32, rows)
-						m.MatVec(yv, X[v*cols:(v+1)*cols])
-						for i := range yv {
-							if yv[i] != Y[v*rows+i] {
-								t.Fatalf("%s: MatMul vector %d row %d = %v, MatVec %v", name, v, i, Y[v*rows+i], yv[i])
-							}
-						}
 						wv, mv := refMatVec(m, X[v*cols:(v+1)*cols])
-						checkClose(t, name+" MatMul", Y[v*rows:(v+1)*rows], wv, mv)
+						checkClose(t, fmt.Sprintf("%s MatMul vector %d", name, v), Y[v*rows:(v+1)*rows], wv, mv)
 					}
 				}
 			}
@@ -157,10 +150,12 @@ func TestMatVecParallel(t *testing.T) {
 			y := make([]float32, rows)
 			m.MatVec(y, x)
 			checkClose(t, fmt.Sprintf("%d-bit parallel", bits), y, want, mag)
-			X := append(append([]float32{}, x...), randVec(r, cols)...)
-			Y := make([]float32, 2*rows)
-			m.MatMul(Y, X, 2)
+			X := append(append([]float32{}, x...), randVec(r, 4*cols)...)
+			Y := make([]float32, 5*rows)
+			m.MatMul(Y, X, 5)
 			checkClose(t, fmt.Sprintf("%d-bit parallel MatMul", bits), Y[:rows], want, mag)
+			w4, m4 := refMatVec(m, X[4*cols:])
+			checkClose(t, fmt.Sprintf("%d-bit parallel MatMul", bits), Y[4*rows:], w4, m4)
 		}
 	})
 }
@@ -184,9 +179,14 @@ func TestMatVecDense(t *testing.T) {
 				m.MatVec(y, x)
 				name := fmt.Sprintf("dense %v [%d,%d]", ft, rows, cols)
 				checkClose(t, name, y, want, mag)
-				Y := make([]float32, 2*rows)
-				m.MatMul(Y, append(append([]float32{}, x...), x...), 2)
-				checkClose(t, name+" MatMul", Y[rows:], want, mag)
+				const n = 5
+				X := append(randVec(r, (n-1)*cols), x...)
+				Y := make([]float32, n*rows)
+				m.MatMul(Y, X, n)
+				for v := 0; v < n; v++ {
+					wv, mv := refMatVec(m, X[v*cols:(v+1)*cols])
+					checkClose(t, fmt.Sprintf("%s MatMul vector %d", name, v), Y[v*rows:(v+1)*rows], wv, mv)
+				}
 				// Row and Dequantize decode the stored values.
 				row := make([]float32, cols)
 				m.Row(row, rows-1)
