@@ -21,7 +21,7 @@ const DefaultLFSThreshold = 10 << 20
 // gives it "filter=lfs" (patterns without '/' match the base name at any
 // depth, others the whole path, with path.Match syntax), or when it has at
 // least lfsThreshold bytes (0 → DefaultLFSThreshold; negative → only
-// .gitattributes decides). Names starting with ".git" other than
+// .gitattributes decides); .gitattributes itself is always a regular file. Names starting with ".git" other than
 // .gitattributes are skipped, as are symlinks. Files stay open and are read
 // on demand.
 func LoadDir(dir string, lfsThreshold int64) (map[string][]File, error) {
@@ -93,7 +93,7 @@ func loadRepo(root string, threshold int64) ([]File, error) {
 			f.Close()
 			return err
 		}
-		lfs := matchesLFS(patterns, rel) || threshold > 0 && st.Size() >= threshold
+		lfs := rel != ".gitattributes" && (matchesLFS(patterns, rel) || threshold > 0 && st.Size() >= threshold)
 		files = append(files, File{Path: rel, Content: fileContent{f: f, size: st.Size()}, LFS: lfs})
 		return nil
 	})

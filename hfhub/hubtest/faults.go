@@ -138,7 +138,7 @@ type Request struct {
 	Revision  string
 	File      string // repository file path (resolve and CDN)
 	Range     string
-	Auth      bool   // an Authorization header was present (its value is never recorded)
+	Auth      bool // an Authorization header was present (its value is never recorded)
 	UserAgent string
 	Status    int
 	BodyBytes int64

@@ -691,7 +691,7 @@ func (c *call) serveCDN() {
 		io.WriteString(c.w, "<Error><Code>AccessDenied</Code><Message>Access denied</Message></Error>")
 		return
 	}
-	if time.Now().Unix() > exp {
+	if time.Now().Unix() >= exp {
 		c.w.WriteHeader(http.StatusForbidden)
 		io.WriteString(c.w, "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>")
 		return
