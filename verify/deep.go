@@ -1,0 +1,882 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/safetensors"
+)
+
+// DeepOptions asks Verify to compare the container with its source.
+type DeepOptions struct {
+	// Source is the checkpoint to compare with (OpenDirSource,
+	// OpenHubSource). The caller closes it.
+	Source *Source
+	// Sample > 0 compares only that many randomly chosen experts per layer
+	// (and no dense tensor), reading only their slices of the source; the
+	// source shards' hashes cannot be checked then.
+	Sample int
+	// Seed chooses the sampled experts (the report records it).
+	Seed uint64
+	// Shards is how many source shards are streamed at once (0: GOMAXPROCS,
+	// at most 4).
+	Shards int
+	// Prefetch is how many blocks of a shard are read ahead at once
+	// (0: 2 for a directory, 8 for the Hub).
+	Prefetch int
+	// BlockSize is the size of one source read (0: 8 MiB for a directory,
+	// 16 MiB for the Hub).
+	BlockSize int
+}
+
+// DeepReport is what a deep check did.
+type DeepReport struct {
+	Source          string       `json:"source"`
+	Commit          string       `json:"commit,omitempty"`
+	Sample          int          `json:"sample,omitempty"`
+	Seed            uint64       `json:"seed,omitempty"`
+	Shards          []ShardCheck `json:"shards"`
+	DenseTensors    int          `json:"denseTensors"`    // compared
+	ExpertSlices    int          `json:"expertSlices"`    // (layer, expert, section) slices compared
+	BytesCompared   int64        `json:"bytesCompared"`   // container bytes compared with the source
+	SourceBytesRead int64        `json:"sourceBytesRead"` // bytes read from the source
+	Seconds         float64      `json:"seconds"`
+}
+
+// ShardCheck is one source shard's hash check.
+type ShardCheck struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"` // computed while streaming
+	// Expected lists what the bytes must hash to, and who says so (the
+	// manifest, the Hub listing, the HF cache).
+	Expected []ExpectedHash `json:"expected,omitempty"`
+	// Status: "ok", "mismatch", "unknown" (streamed, but nothing to
+	// compare the hash with) or "unchecked" (sample mode, or not streamed).
+	Status string `json:"status"`
+}
+
+// ExpectedHash is one expectation for a shard's hash.
+type ExpectedHash struct {
+	Kind string `json:"kind"` // "sha256" or "git-sha1"
+	Hex  string `json:"hex"`
+	From string `json:"from"`
+	Got  string `json:"got,omitempty"`
+}
+
+// segment is a run of source bytes that must equal a run of container
+// bytes.
+type segment struct {
+	srcOff, n int64
+	file      string // container file
+	dstOff    int64
+	layer     int // -1 for a dense tensor
+	expert    int
+	section   string
+	tensor    string // the source tensor
+}
+
+func (s *segment) end() int64 { return s.srcOff + s.n }
+
+// mismatch accumulates the differences found in one segment.
+type mismatch struct {
+	first int64 // offset within the segment of the first differing byte
+	count int64
+	err   error // a read error on the container side
+}
+
+func (v *verifier) deep(ctx context.Context) error {
+	d := v.o.Deep
+	src := d.Source
+	if src == nil {
+		return errors.New("deep check: no source")
+	}
+	start := time.Now()
+	rep := &DeepReport{Source: src.Desc, Commit: src.Commit, Sample: d.Sample}
+	if d.Sample > 0 {
+		rep.Seed = d.Seed
+	}
+	v.rep.Deep = rep
+	defer func() { rep.Seconds = time.Since(start).Seconds() }()
+
+	if d.Shards <= 0 {
+		d.Shards = min(runtime.GOMAXPROCS(0), 4)
+	}
+	if d.Prefetch <= 0 {
+		d.Prefetch = 2
+		if src.Remote {
+			d.Prefetch = 8
+		}
+	}
+	if d.BlockSize <= 0 {
+		d.BlockSize = 8 << 20
+		if src.Remote {
+			d.BlockSize = 16 << 20
+		}
+	}
+
+	checks, ok := v.matchRecordedSource(src)
+	rep.Shards = checks
+	if !ok {
+		v.note("deep check not run: the source is not the one the manifest records")
+		return nil
+	}
+	perShard := v.buildMap(src, rep)
+	if d.Sample > 0 {
+		v.note("sample mode: %d random experts per layer compared (seed %d), dense tensors not compared, source shard hashes not checked", d.Sample, d.Seed)
+		return v.deepSample(ctx, src, perShard, rep)
+	}
+	return v.deepStream(ctx, src, perShard, checks, rep)
+}
+
+// matchRecordedSource compares the source's shards with the ones the
+// manifest records (names, sizes, hashes) and gathers what each shard must
+// hash to.
+func (v *verifier) matchRecordedSource(src *Source) ([]ShardCheck, bool) {
+	var recorded map[string]qpack.Shard
+	if e := v.man.Ext; e != nil && len(e.Source.Shards) > 0 {
+		recorded = map[string]qpack.Shard{}
+		for _, s := range e.Source.Shards {
+			recorded[s.Name] = s
+		}
+	}
+	ok := true
+	bad := func(file, format string, args ...any) {
+		ok = false
+		v.problem(Problem{Scope: ScopeSource, Kind: KindSource, File: file, Message: fmt.Sprintf(format, args...)})
+	}
+	checks := make([]ShardCheck, len(src.Shards))
+	seen := map[string]bool{}
+	for i, sh := range src.Shards {
+		seen[sh.Name] = true
+		c := ShardCheck{Name: sh.Name, Size: sh.Size, Status: "unchecked"}
+		if rec, found := recorded[sh.Name]; found {
+			if rec.Size != sh.Size {
+				bad(sh.Name, "%d bytes, the manifest records %d: not the source the container was made from", sh.Size, rec.Size)
+			}
+			if rec.SHA256 != "" {
+				c.Expected = append(c.Expected, ExpectedHash{Kind: string(hfhub.HashSHA256), Hex: rec.SHA256, From: qpack.ManifestName})
+			}
+		} else if recorded != nil {
+			bad(sh.Name, "not among the shards the manifest records: not the source the container was made from")
+		}
+		if sh.Expect.Hex != "" {
+			c.Expected = append(c.Expected, ExpectedHash{Kind: string(sh.Expect.Kind), Hex: sh.Expect.Hex, From: sh.ExpectFrom})
+		}
+		if len(c.Expected) == 2 && c.Expected[0].Kind == c.Expected[1].Kind && c.Expected[0].Hex != c.Expected[1].Hex {
+			bad(sh.Name, "%s says sha256 %s, the manifest records %s: not the source the container was made from (another revision?)", sh.ExpectFrom, c.Expected[1].Hex, c.Expected[0].Hex)
+		}
+		checks[i] = c
+	}
+	for name := range recorded {
+		if !seen[name] {
+			bad(name, "recorded in the manifest but not in the source")
+		}
+	}
+	return checks, ok
+}
+
+// Expert tensor names: "<prefix>layers.<L>.<module path>.switch_mlp.<proj>.<part>"
+// (mlx-lm also spells the module switch_glu).
+type expertName struct {
+	prefix  string
+	layer   int
+	section string
+}
+
+func parseExpertName(name string) (expertName, bool) {
+	comps := strings.Split(name, ".")
+	n := len(comps)
+	if n < 6 {
+		return expertName{}, false
+	}
+	if comps[n-3] != "switch_mlp" && comps[n-3] != "switch_glu" {
+		return expertName{}, false
+	}
+	proj, part := comps[n-2], comps[n-1]
+	if !contains(qpack.Projections, proj) || !contains(qpack.SectionParts, part) {
+		return expertName{}, false
+	}
+	for i := n - 5; i >= 0; i-- {
+		if comps[i] != "layers" {
+			continue
+		}
+		l, err := strconv.Atoi(comps[i+1])
+		if err != nil || l < 0 || strconv.Itoa(l) != comps[i+1] {
+			return expertName{}, false
+		}
+		prefix := strings.Join(comps[:i], ".")
+		if prefix != "" {
+			prefix += "."
+		}
+		return expertName{prefix: prefix, layer: l, section: proj + "." + part}, true
+	}
+	return expertName{}, false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// auxiliaryTensor reports names that belong to parts of a checkpoint a
+// container leaves out (multi-token prediction, vision).
+func auxiliaryTensor(name string) bool {
+	for _, c := range strings.Split(name, ".") {
+		switch c {
+		case "mtp", "vision_tower", "visual", "audio_tower":
+			return true
+		}
+	}
+	return false
+}
+
+type srcTensor struct {
+	shard int
+	t     safetensors.Tensor
+}
+
+// buildMap derives, independently of the repack, which source bytes every
+// container byte must equal: dense tensors by name, expert sections from
+// the stacked [E, ...] source tensors (expert e at e x size/E). It returns
+// the segments of each shard sorted by source offset.
+func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
+	perShard := make([][]segment, len(src.Shards))
+	byName := map[string]srcTensor{}
+	for si, sh := range src.Shards {
+		for _, t := range sh.Header.Tensors {
+			if prev, dup := byName[t.Name]; dup {
+				v.problem(Problem{Scope: ScopeSource, Kind: KindSource, File: sh.Name, Tensor: t.Name,
+					Message: fmt.Sprintf("also in %s", src.Shards[prev.shard].Name)})
+				continue
+			}
+			byName[t.Name] = srcTensor{si, t}
+		}
+	}
+	used := map[string]bool{}
+	add := func(si int, s segment) {
+		if s.n > 0 {
+			perShard[si] = append(perShard[si], s)
+		}
+	}
+
+	// Dense tensors.
+	if v.dense == nil {
+		v.note("deep check: dense tensors not compared (model.safetensors is not usable)")
+	} else if _, ok := v.stats[qpack.DenseName]; !ok {
+		v.note("deep check: dense tensors not compared (model.safetensors is missing or has the wrong size)")
+	} else {
+		for _, t := range v.dense.Tensors {
+			st, ok := byName[t.Name]
+			if !ok {
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+					Message: "not in the source checkpoint"})
+				continue
+			}
+			used[t.Name] = true
+			if st.t.DType != t.DType || !equalShape(st.t.Shape, t.Shape) {
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+					Message: fmt.Sprintf("%s %v, the source has %s %v", t.DType, t.Shape, st.t.DType, st.t.Shape)})
+				continue
+			}
+			if v.o.Deep.Sample > 0 {
+				continue
+			}
+			rep.DenseTensors++
+			add(st.shard, segment{srcOff: st.t.Offset, n: t.Size, file: qpack.DenseName, dstOff: t.Offset, layer: -1, tensor: t.Name})
+		}
+	}
+
+	// Expert sections.
+	l := v.layout
+	if l == nil {
+		v.note("deep check: expert sections not compared (the layout is not usable)")
+	} else {
+		groups := map[string]map[int]map[string]srcTensor{} // prefix -> layer -> section
+		for name, st := range byName {
+			if used[name] || auxiliaryTensor(name) {
+				continue
+			}
+			en, ok := parseExpertName(name)
+			if !ok {
+				continue
+			}
+			g := groups[en.prefix]
+			if g == nil {
+				g = map[int]map[string]srcTensor{}
+				groups[en.prefix] = g
+			}
+			if g[en.layer] == nil {
+				g[en.layer] = map[string]srcTensor{}
+			}
+			g[en.layer][en.section] = st
+		}
+		prefix, ok := v.pickPrefix(groups)
+		if ok {
+			v.mapExperts(src, groups[prefix], used, add, rep)
+		}
+	}
+
+	// Source tensors the container does not hold.
+	var left []string
+	var leftBytes int64
+	for name, st := range byName {
+		if !used[name] {
+			left = append(left, name)
+			leftBytes += st.t.Size
+		}
+	}
+	if len(left) > 0 {
+		sort.Strings(left)
+		ex := left[:min(len(left), 5)]
+		v.note("deep check: %d source tensors (%d bytes) are not in the container, e.g. %s", len(left), leftBytes, strings.Join(ex, ", "))
+	}
+	for i := range perShard {
+		sort.Slice(perShard[i], func(a, b int) bool { return perShard[i][a].srcOff < perShard[i][b].srcOff })
+	}
+	return perShard
+}
+
+// pickPrefix chooses the family of expert tensors that belongs to the
+// model (normally the only one): the one whose prefix the container's dense
+// tensors also use for layer 0.
+func (v *verifier) pickPrefix(groups map[string]map[int]map[string]srcTensor) (string, bool) {
+	if len(groups) == 0 {
+		v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName,
+			Message: "the source has no stacked expert tensors (…layers.L.….switch_mlp.<proj>.<part>) for the container's layers"})
+		return "", false
+	}
+	keys := sortedKeys(groups)
+	if len(keys) == 1 {
+		return keys[0], true
+	}
+	var match []string
+	if v.dense != nil {
+		for _, k := range keys {
+			for _, t := range v.dense.Tensors {
+				if strings.HasPrefix(t.Name, k+"layers.0.") {
+					match = append(match, k)
+					break
+				}
+			}
+		}
+	}
+	if len(match) == 1 {
+		return match[0], true
+	}
+	v.problem(Problem{Scope: ScopeSource, Kind: KindSource,
+		Message: fmt.Sprintf("stacked expert tensors under several prefixes (%s): cannot tell which ones the container holds", strings.Join(keys, ", "))})
+	return "", false
+}
+
+func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, used map[string]bool, add func(int, segment), rep *DeepReport) {
+	l := v.layout
+	d := v.o.Deep
+	rng := rand.New(rand.NewPCG(d.Seed, d.Seed^0x9e3779b97f4a7c15))
+	for layer := 0; layer < l.LayerCount; layer++ {
+		file := qpack.LayerFile(layer)
+		secs := layers[layer]
+		usable := true
+		if _, ok := v.stats[file]; !ok {
+			v.note("deep check: layer %d not compared (%s is missing or has the wrong size)", layer, file)
+			usable = false
+		}
+		experts := make([]int, l.ExpertCount)
+		for e := range experts {
+			experts[e] = e
+		}
+		if d.Sample > 0 && d.Sample < l.ExpertCount {
+			rng.Shuffle(len(experts), func(i, j int) { experts[i], experts[j] = experts[j], experts[i] })
+			experts = experts[:d.Sample]
+			sort.Ints(experts)
+		}
+		for _, sec := range l.Sections {
+			st, ok := secs[sec.Name]
+			if !ok {
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name,
+					Message: "the source has no stacked tensor for this section"})
+				continue
+			}
+			used[st.t.Name] = true
+			want := append([]int64{int64(l.ExpertCount)}, sec.Shape...)
+			if st.t.DType != sec.DType || !equalShape(st.t.Shape, want) {
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name, Tensor: st.t.Name,
+					Message: fmt.Sprintf("the layout says %s %v per expert (%d experts), the source tensor is %s %v", sec.DType, sec.Shape, l.ExpertCount, st.t.DType, st.t.Shape)})
+				continue
+			}
+			if !usable {
+				continue
+			}
+			for _, e := range experts {
+				add(st.shard, segment{srcOff: st.t.Offset + int64(e)*sec.Size, n: sec.Size, file: file,
+					dstOff: int64(e)*l.ExpertStride + sec.Offset, layer: layer, expert: e, section: sec.Name, tensor: st.t.Name})
+				rep.ExpertSlices++
+			}
+		}
+		// Stacked tensors of this layer that the layout has no section for.
+		for name, st := range secs {
+			if _, ok := l.Section(name); !ok {
+				used[st.t.Name] = true
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+					Message: fmt.Sprintf("the source has section %s, the layout does not", name)})
+			}
+		}
+	}
+	for layer, secs := range layers {
+		if layer >= l.LayerCount {
+			for _, st := range secs {
+				used[st.t.Name] = true
+				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+					Message: fmt.Sprintf("the source has expert tensors for layer %d, the layout has %d layers", layer, l.LayerCount)})
+			}
+		}
+	}
+	_ = src
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// containerFiles opens container files on demand for the comparisons.
+type containerFiles struct {
+	v     *verifier
+	mu    sync.Mutex
+	files map[string]*os.File
+	errs  map[string]error
+}
+
+func (c *containerFiles) get(p string) (*os.File, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.files[p]; ok {
+		return f, nil
+	}
+	if err, ok := c.errs[p]; ok {
+		return nil, err
+	}
+	f, err := c.v.open(p)
+	if err != nil {
+		c.errs[p] = err
+		return nil, err
+	}
+	c.files[p] = f
+	return f, nil
+}
+
+func (c *containerFiles) close() {
+	for _, f := range c.files {
+		f.Close()
+	}
+}
+
+// compare checks src (source bytes for segment bytes [at, at+len(src)))
+// against the container, reading into scratch.
+func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratch []byte, mm map[*segment]*mismatch) {
+	f, err := cf.get(s.file)
+	record := func(first, count int64, err error) {
+		m := mm[s]
+		if m == nil {
+			m = &mismatch{first: first}
+			mm[s] = m
+		}
+		m.first = min(m.first, first)
+		m.count += count
+		if err != nil && m.err == nil {
+			m.err = err
+		}
+	}
+	if err != nil {
+		record(at, 0, err)
+		return
+	}
+	for len(src) > 0 {
+		n := min(len(src), len(scratch))
+		buf := scratch[:n]
+		off := s.dstOff + at
+		got, err := f.ReadAt(buf, off)
+		if !v.o.KeepCache {
+			dropCache(f, off, int64(got))
+		}
+		if got < n {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			record(at, 0, fmt.Errorf("reading byte %d: %w", off+int64(got), err))
+			return
+		}
+		if !bytes.Equal(buf, src[:n]) {
+			first, count := int64(-1), int64(0)
+			for i := range buf {
+				if buf[i] != src[i] {
+					if first < 0 {
+						first = int64(i)
+					}
+					count++
+				}
+			}
+			record(at+first, count, nil)
+		}
+		src = src[n:]
+		at += int64(n)
+	}
+}
+
+// report turns the mismatches of one shard into problems. When the
+// shard failed its hash check the source is at fault, not the container.
+func (v *verifier) reportMismatches(shard string, mm map[*segment]*mismatch, hashStatus string) {
+	segs := make([]*segment, 0, len(mm))
+	for s := range mm {
+		segs = append(segs, s)
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].srcOff < segs[j].srcOff })
+	for _, s := range segs {
+		m := mm[s]
+		p := Problem{Scope: ScopeContainer, Kind: KindMismatch, File: s.file, Tensor: s.tensor, Offset: int64p(s.dstOff + m.first)}
+		what := "tensor"
+		if s.layer >= 0 {
+			p.Layer, p.Expert, p.Section = intp(s.layer), intp(s.expert), s.section
+			what = "section"
+		}
+		if m.err != nil {
+			p.Kind = KindRead
+			p.Message = m.err.Error()
+			v.problem(p)
+			continue
+		}
+		p.Message = fmt.Sprintf("%d of %d bytes differ from source tensor %s (%s), the first at byte %d of the %s", m.count, s.n, s.tensor, shard, m.first, what)
+		switch hashStatus {
+		case "mismatch":
+			p.Scope = ScopeSource
+			p.Message += "; the source shard failed its hash check, so the source is the likely culprit"
+		case "unknown":
+			p.Message += " (the source shard's hash could not be checked: nothing records it)"
+		}
+		v.problem(p)
+	}
+}
+
+// deepStream reads every source shard once, in order and in large blocks,
+// hashing it and comparing every block's mapped bytes with the container as
+// it streams by. Shards are processed in parallel.
+func (v *verifier) deepStream(ctx context.Context, src *Source, perShard [][]segment, checks []ShardCheck, rep *DeepReport) error {
+	d := v.o.Deep
+	var total int64
+	for _, sh := range src.Shards {
+		total += sh.Size
+	}
+	var done, compared atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("deep", v.o.Progress, &done, total, stop)
+	cf := &containerFiles{v: v, files: map[string]*os.File{}, errs: map[string]error{}}
+	defer cf.close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, d.Shards)
+	var wg sync.WaitGroup
+	for i := range src.Shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-sem }()
+			if err := v.streamShard(ctx, src.Shards[i], perShard[i], &checks[i], cf, &done, &compared); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-finished
+	rep.SourceBytesRead = done.Load()
+	rep.BytesCompared = compared.Load()
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("deep check: %w", err)
+	}
+	return nil
+}
+
+type sblock struct {
+	buf  []byte
+	off  int64
+	n    int
+	slot int
+	refs atomic.Int32
+}
+
+func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segment, check *ShardCheck, cf *containerFiles, done, compared *atomic.Int64) error {
+	d := v.o.Deep
+	bs := int64(d.BlockSize)
+	nb := int((sh.Size + bs - 1) / bs)
+	k := max(1, min(d.Prefetch, nb))
+	if sh.file != nil && !v.o.KeepCache {
+		adviseSequential(sh.file)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// Readers: slot i reads blocks i, i+k, i+2k, ... into its own buffers.
+	const perSlot = 2
+	slotFree := make([]chan []byte, k)
+	out := make([]chan *sblock, k)
+	var rwg sync.WaitGroup
+	for i := 0; i < k; i++ {
+		slotFree[i] = make(chan []byte, perSlot)
+		out[i] = make(chan *sblock, perSlot)
+		for j := 0; j < perSlot; j++ {
+			slotFree[i] <- make([]byte, bs)
+		}
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for b := i; b < nb; b += k {
+				var buf []byte
+				select {
+				case buf = <-slotFree[i]:
+				case <-ctx.Done():
+					return
+				}
+				off := int64(b) * bs
+				n := min(bs, sh.Size-off)
+				got, err := sh.readAt(ctx, buf[:n], off)
+				if sh.file != nil && !v.o.KeepCache {
+					dropCache(sh.file, off, int64(got))
+				}
+				if int64(got) == n {
+					err = nil
+				} else if err == nil || err == io.EOF {
+					err = fmt.Errorf("%s: short read at byte %d", sh.Name, off+int64(got))
+				}
+				if err != nil {
+					cancel(fmt.Errorf("source %s: %w", sh.Name, err))
+					return
+				}
+				select {
+				case out[i] <- &sblock{buf: buf, off: off, n: got, slot: i}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	release := func(b *sblock) {
+		if b.refs.Add(-1) == 0 {
+			slotFree[b.slot] <- b.buf
+		}
+	}
+
+	// Two consumers see every block in order: the hasher and the comparer.
+	hashCh := make(chan *sblock, k*perSlot)
+	cmpCh := make(chan *sblock, k*perSlot)
+	var hashers []hash.Hash
+	sha := sha256.New()
+	hashers = append(hashers, sha)
+	var git hash.Hash
+	for _, e := range check.Expected {
+		if e.Kind == string(hfhub.HashGitSHA1) && git == nil {
+			git = sha1.New()
+			fmt.Fprintf(git, "blob %d\x00", sh.Size)
+			hashers = append(hashers, git)
+		}
+	}
+	var cwg sync.WaitGroup
+	cwg.Add(2)
+	go func() {
+		defer cwg.Done()
+		for b := range hashCh {
+			for _, h := range hashers {
+				h.Write(b.buf[:b.n])
+			}
+			done.Add(int64(b.n))
+			release(b)
+		}
+	}()
+	mm := map[*segment]*mismatch{}
+	go func() {
+		defer cwg.Done()
+		scratch := make([]byte, min(bs, 4<<20))
+		next := 0
+		for b := range cmpCh {
+			bo, be := b.off, b.off+int64(b.n)
+			for next < len(segs) && segs[next].end() <= bo {
+				next++
+			}
+			for i := next; i < len(segs) && segs[i].srcOff < be; i++ {
+				s := &segs[i]
+				a, e := max(bo, s.srcOff), min(be, s.end())
+				if a >= e {
+					continue
+				}
+				v.compare(cf, s, a-s.srcOff, b.buf[a-bo:e-bo], scratch, mm)
+				compared.Add(e - a)
+			}
+			release(b)
+		}
+	}()
+
+	var err error
+dispatch:
+	for b := 0; b < nb; b++ {
+		select {
+		case blk := <-out[b%k]:
+			blk.refs.Store(2)
+			hashCh <- blk
+			cmpCh <- blk
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+			break dispatch
+		}
+	}
+	close(hashCh)
+	close(cmpCh)
+	cwg.Wait()
+	cancel(nil)
+	rwg.Wait()
+	if err != nil {
+		return err
+	}
+
+	check.SHA256 = hex.EncodeToString(sha.Sum(nil))
+	check.Status = "unknown"
+	for i := range check.Expected {
+		e := &check.Expected[i]
+		switch e.Kind {
+		case string(hfhub.HashSHA256):
+			e.Got = check.SHA256
+		case string(hfhub.HashGitSHA1):
+			e.Got = hex.EncodeToString(git.Sum(nil))
+		}
+		if check.Status != "mismatch" {
+			check.Status = "ok"
+		}
+		if e.Got != e.Hex {
+			check.Status = "mismatch"
+			v.problem(Problem{Scope: ScopeSource, Kind: KindSourceHash, File: sh.Name,
+				Message: fmt.Sprintf("%s %s, %s says %s: the source shard is damaged or not the one recorded", e.Kind, e.Got, e.From, e.Hex)})
+		}
+	}
+	v.reportMismatches(sh.Name, mm, check.Status)
+	return nil
+}
+
+// deepSample compares the sampled segments by reading only their bytes
+// from the source, several at a time.
+func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]segment, rep *DeepReport) error {
+	type item struct {
+		shard int
+		seg   *segment
+	}
+	var items []item
+	var total int64
+	for si := range perShard {
+		for i := range perShard[si] {
+			items = append(items, item{si, &perShard[si][i]})
+			total += perShard[si][i].n
+		}
+	}
+	var done atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("deep", v.o.Progress, &done, total, stop)
+	cf := &containerFiles{v: v, files: map[string]*os.File{}, errs: map[string]error{}}
+	defer cf.close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	workers := v.o.Deep.Prefetch * v.o.Deep.Shards
+	ch := make(chan item)
+	var mu sync.Mutex
+	mms := make([]map[*segment]*mismatch, len(perShard))
+	for i := range mms {
+		mms[i] = map[*segment]*mismatch{}
+	}
+	var wg sync.WaitGroup
+	chunk := int64(v.o.Deep.BlockSize)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf, scratch []byte
+			for it := range ch {
+				sh, s := src.Shards[it.shard], it.seg
+				local := map[*segment]*mismatch{}
+				for at := int64(0); at < s.n; at += chunk {
+					n := min(chunk, s.n-at)
+					if int64(cap(buf)) < n {
+						buf, scratch = make([]byte, n), make([]byte, n)
+					}
+					got, err := sh.readAt(ctx, buf[:n], s.srcOff+at)
+					if int64(got) != n {
+						if err == nil || err == io.EOF {
+							err = io.ErrUnexpectedEOF
+						}
+						cancel(fmt.Errorf("source %s: byte %d: %w", sh.Name, s.srcOff+at+int64(got), err))
+						break
+					}
+					v.compare(cf, s, at, buf[:n], scratch[:n], local)
+					done.Add(n)
+				}
+				mu.Lock()
+				for k, m := range local {
+					mms[it.shard][k] = m
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, it := range items {
+		select {
+		case ch <- it:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	close(stop)
+	<-finished
+	rep.SourceBytesRead = done.Load()
+	rep.BytesCompared = done.Load()
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("deep check: %w", err)
+	}
+	for si, mm := range mms {
+		v.reportMismatches(src.Shards[si].Name, mm, "unchecked")
+	}
+	return nil
+}

@@ -1,0 +1,430 @@
+package verify
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/zeebo/blake3"
+)
+
+// quickRunBytes is the size of one job in quick mode, where a layer file is
+// split into runs of experts that different workers hash at once.
+const quickRunBytes = 128 << 20
+
+// job is a contiguous byte range of one file that one worker reads and
+// hashes sequentially.
+type job struct {
+	file  string
+	off   int64
+	end   int64
+	whole bool // the job covers the whole file and computes its digest
+	// Expert blobs: when layer >= 0 the range is expert-aligned and starts
+	// at expert firstExpert.
+	layer       int
+	firstExpert int
+	experts     bool // compute one digest per expert
+	padding     bool // check the bytes outside the sections are zero
+}
+
+func (j *job) size() int64 { return j.end - j.off }
+
+// fileHash collects what the jobs of one file found.
+type fileHash struct {
+	mu      sync.Mutex
+	whole   string
+	experts []string // "" where not computed
+	failed  bool     // a read error: the digests are incomplete
+}
+
+// span is a byte range [a, b) within an expert blob.
+type span struct{ a, b int64 }
+
+// gaps returns the parts of a blob outside every section: the holes between
+// sections and the padding up to the stride. The format says they are zero.
+func gaps(l *qpack.Layout) []span {
+	var out []span
+	pos := int64(0)
+	for _, s := range l.Sections {
+		if s.Offset > pos {
+			out = append(out, span{pos, s.Offset})
+		}
+		pos = max(pos, s.Offset+s.Size)
+	}
+	if pos < l.ExpertStride {
+		out = append(out, span{pos, l.ExpertStride})
+	}
+	return out
+}
+
+func (v *verifier) plan() []*job {
+	var jobs []*job
+	ext := v.man.Ext
+	for _, p := range sortedKeys(v.stats) {
+		if p == qpack.LayoutName {
+			continue // hashed with the inventory
+		}
+		size := v.man.Files[p]
+		layer, isLayer := v.layerOf[p]
+		if !isLayer || v.layout == nil {
+			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: -1})
+			continue
+		}
+		stride := v.layout.ExpertStride
+		switch {
+		case ext == nil:
+			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: layer, padding: true})
+		case !v.o.Quick:
+			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: layer, experts: true, padding: true})
+		default:
+			per := max(1, int(quickRunBytes/stride))
+			for e := 0; e < v.layout.ExpertCount; e += per {
+				n := min(per, v.layout.ExpertCount-e)
+				jobs = append(jobs, &job{file: p, off: int64(e) * stride, end: int64(e+n) * stride,
+					layer: layer, firstExpert: e, experts: true, padding: true})
+			}
+		}
+	}
+	// Largest first, so a long sequential file does not start last.
+	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].size() > jobs[j].size() })
+	return jobs
+}
+
+// hashAll reads every usable file once, on all workers, and compares what
+// it computed with the manifest.
+func (v *verifier) hashAll(ctx context.Context) error {
+	jobs := v.plan()
+	v.hashed = map[string]*fileHash{}
+	var total int64
+	for _, j := range jobs {
+		total += j.size()
+		if v.hashed[j.file] == nil {
+			fh := &fileHash{}
+			if j.layer >= 0 && v.layout != nil {
+				fh.experts = make([]string, v.layout.ExpertCount)
+			}
+			v.hashed[j.file] = fh
+		}
+	}
+	var gapList []span
+	if v.layout != nil {
+		gapList = gaps(v.layout)
+	}
+
+	var done atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("hash", v.o.Progress, &done, total, stop)
+
+	ch := make(chan *job)
+	var wg sync.WaitGroup
+	workers := min(v.o.Workers, max(1, len(jobs)))
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bufs := [][]byte{make([]byte, v.o.BlockSize), make([]byte, v.o.BlockSize)}
+			for j := range ch {
+				v.runJob(ctx, j, bufs, gapList, &done)
+			}
+		}()
+	}
+feed:
+	for _, j := range jobs {
+		select {
+		case ch <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	close(stop)
+	<-finished
+	v.rep.BytesHashed += done.Load()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v.judge()
+	return nil
+}
+
+type block struct {
+	buf []byte
+	off int64
+	n   int
+	err error
+}
+
+// runJob reads j's range in blocks (a reader goroutine keeps the next block
+// coming while this one is hashed) and hashes it.
+func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []span, done *atomic.Int64) {
+	fh := v.hashed[j.file]
+	fail := func(pr Problem) {
+		fh.mu.Lock()
+		fh.failed = true
+		fh.mu.Unlock()
+		v.problem(pr)
+	}
+	f, err := v.open(j.file)
+	if err != nil {
+		fail(Problem{Scope: ScopeContainer, Kind: KindRead, File: j.file, Message: err.Error()})
+		return
+	}
+	defer f.Close()
+	if !v.o.KeepCache {
+		adviseSequential(f)
+	}
+
+	free := make(chan []byte, len(bufs))
+	for _, b := range bufs {
+		free <- b
+	}
+	filled := make(chan block, len(bufs))
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		defer close(filled)
+		bs := int64(len(bufs[0]))
+		for off := j.off; off < j.end; off += bs {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-quit:
+				return
+			}
+			n := min(bs, j.end-off)
+			if !v.o.KeepCache && off+n < j.end {
+				willNeed(f, off+n, min(bs, j.end-off-n))
+			}
+			got, err := f.ReadAt(buf[:n], off)
+			if !v.o.KeepCache {
+				dropCache(f, off, int64(got))
+			}
+			if err == io.EOF && int64(got) == n {
+				err = nil
+			}
+			filled <- block{buf: buf, off: off, n: got, err: err}
+			if err != nil {
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+
+	var whole, eh *blake3.Hasher
+	if j.whole {
+		whole = blake3.New()
+	}
+	if j.experts {
+		eh = blake3.New()
+	}
+	var stride int64
+	if v.layout != nil {
+		stride = v.layout.ExpertStride
+	}
+	var expDigests []string
+	padReported := map[int]bool{}
+	pos := j.off
+	for b := range filled {
+		data := b.buf[:b.n]
+		if whole != nil {
+			whole.Write(data)
+		}
+		if j.padding || eh != nil {
+			// Walk the block expert by expert.
+			for p := data; len(p) > 0; {
+				e := int(pos / stride)
+				in := pos - int64(e)*stride // offset inside the blob
+				n := min(int64(len(p)), stride-in)
+				piece := p[:n]
+				if eh != nil {
+					eh.Write(piece)
+				}
+				if j.padding && !padReported[e] {
+					if off, ok := firstNonZeroGap(piece, in, gapList); ok {
+						padReported[e] = true
+						v.problem(Problem{Scope: ScopeContainer, Kind: KindPadding, File: j.file, Layer: intp(j.layer), Expert: intp(e),
+							Offset:  int64p(int64(e)*stride + off),
+							Message: fmt.Sprintf("byte %d of the expert's blob lies outside every section and must be zero, is 0x%02x", off, piece[off-in])})
+					}
+				}
+				if in+n == stride && eh != nil {
+					expDigests = append(expDigests, hex.EncodeToString(eh.Sum(nil)))
+					eh.Reset()
+				}
+				pos += n
+				p = p[n:]
+			}
+		} else {
+			pos += int64(len(data))
+		}
+		done.Add(int64(len(data)))
+		free <- b.buf
+		if b.err != nil {
+			msg := b.err.Error()
+			kind := KindRead
+			if errors.Is(b.err, io.EOF) || errors.Is(b.err, io.ErrUnexpectedEOF) {
+				kind, msg = KindSize, fmt.Sprintf("ends at byte %d while being verified (%d bytes expected)", b.off+int64(b.n), v.man.Files[j.file])
+			}
+			pr := Problem{Scope: ScopeContainer, Kind: kind, File: j.file, Offset: int64p(b.off + int64(b.n)), Message: msg}
+			if j.layer >= 0 && stride > 0 {
+				e := int((b.off + int64(b.n)) / stride)
+				if e < v.layout.ExpertCount {
+					pr.Layer, pr.Expert = intp(j.layer), intp(e)
+				}
+			}
+			fail(pr)
+			return
+		}
+		if ctx.Err() != nil {
+			fail(Problem{Scope: ScopeContainer, Kind: KindRead, File: j.file, Message: ctx.Err().Error()})
+			return
+		}
+	}
+	fh.mu.Lock()
+	defer fh.mu.Unlock()
+	if whole != nil {
+		fh.whole = hex.EncodeToString(whole.Sum(nil))
+	}
+	for i, d := range expDigests {
+		fh.experts[j.firstExpert+i] = d
+	}
+}
+
+// firstNonZeroGap looks at piece, which holds blob bytes [in, in+len), and
+// returns the blob offset of the first non-zero byte inside a gap.
+func firstNonZeroGap(piece []byte, in int64, gapList []span) (int64, bool) {
+	end := in + int64(len(piece))
+	for _, g := range gapList {
+		a, b := max(g.a, in), min(g.b, end)
+		if a >= b {
+			continue
+		}
+		for i, c := range piece[a-in : b-in] {
+			if c != 0 {
+				return a + int64(i), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// judge compares what was hashed with the manifest and fills rep.Files.
+func (v *verifier) judge() {
+	ext := v.man.Ext
+	v.rep.LayerFileDigests = ext != nil && !v.o.Quick && v.layout != nil
+	if ext != nil && v.o.Quick && v.layout != nil {
+		v.note("quick mode: the whole-file digests of layer files were not checked (every expert digest was)")
+	}
+	for _, p := range v.man.SortedFiles() {
+		res := v.results[p]
+		fh := v.hashed[p]
+		if p == qpack.LayoutName || fh == nil {
+			v.rep.Files = append(v.rep.Files, *res)
+			continue
+		}
+		if fh.failed {
+			res.Check = CheckSize
+			v.rep.Files = append(v.rep.Files, *res)
+			continue
+		}
+		res.Digest = fh.whole
+		layer, isLayer := v.layerOf[p]
+		switch {
+		case ext == nil:
+			res.Check, res.OK = CheckComputed, true
+		case !isLayer || v.layout == nil:
+			res.Check = CheckFileDigest
+			res.OK = v.checkFileDigest(p, fh.whole)
+		default:
+			res.OK = v.judgeLayer(p, layer, fh)
+			res.Check = CheckExpertDigests
+			if fh.whole != "" {
+				res.Check = CheckBoth
+			}
+		}
+		v.rep.Files = append(v.rep.Files, *res)
+	}
+	// A padding problem makes the file bad even when its digests match.
+	bad := map[string]bool{}
+	for _, pr := range v.ps.list {
+		if pr.Scope == ScopeContainer && pr.Kind != KindStructure && pr.File != "" {
+			bad[pr.File] = true
+		}
+	}
+	for i := range v.rep.Files {
+		if bad[v.rep.Files[i].Path] {
+			v.rep.Files[i].OK = false
+		}
+	}
+}
+
+func (v *verifier) checkFileDigest(p, got string) bool {
+	want := v.man.Ext.FileDigests[p]
+	if got == want {
+		return true
+	}
+	msg := fmt.Sprintf("BLAKE3 %s, %s records %s", got, qpack.ManifestName, want)
+	if p == qpack.DenseName {
+		msg += " (use --deep to find the tensor)"
+	}
+	v.problem(Problem{Scope: ScopeContainer, Kind: KindDigest, File: p, Key: "qpack.fileDigests", Message: msg})
+	return false
+}
+
+// judgeLayer compares a layer file's expert digests (and its whole-file
+// digest, when computed) with the manifest. With both digests a damaged
+// manifest entry can be told from damaged data: if the whole file matches,
+// an expert digest that does not is a bad manifest entry, and the other way
+// round.
+func (v *verifier) judgeLayer(p string, layer int, fh *fileHash) bool {
+	ext := v.man.Ext
+	wantExp := ext.ExpertDigests[p]
+	var bad []int
+	for e, got := range fh.experts {
+		if got != wantExp[e] {
+			bad = append(bad, e)
+		}
+	}
+	fileOK := true
+	if fh.whole != "" {
+		fileOK = fh.whole == ext.FileDigests[p]
+	}
+	switch {
+	case len(bad) == 0 && fileOK:
+		return true
+	case len(bad) == 0 && !fileOK:
+		// Every blob is as recorded, so the file is: the manifest's
+		// file digest is what is wrong.
+		v.problem(Problem{Scope: ScopeContainer, Kind: KindManifest, File: qpack.ManifestName, Key: "qpack.fileDigests[" + p + "]",
+			Message: fmt.Sprintf("records %s for %s, but the file hashes to %s and every one of its %d expert blobs matches its own digest: %s is damaged", ext.FileDigests[p], p, fh.whole, len(fh.experts), qpack.ManifestName)})
+		return true
+	case fh.whole != "" && fileOK:
+		for _, e := range bad {
+			v.problem(Problem{Scope: ScopeContainer, Kind: KindManifest, File: qpack.ManifestName, Key: fmt.Sprintf("qpack.expertDigests[%s][%d]", p, e),
+				Layer: intp(layer), Expert: intp(e),
+				Message: fmt.Sprintf("records %s, but the blob hashes to %s while the whole file matches its digest: %s is damaged", wantExp[e], fh.experts[e], qpack.ManifestName)})
+		}
+		return true
+	default:
+		for _, e := range bad {
+			v.problem(Problem{Scope: ScopeContainer, Kind: KindExpertDigest, File: p, Layer: intp(layer), Expert: intp(e),
+				Offset: int64p(int64(e) * v.layout.ExpertStride),
+				Message: fmt.Sprintf("expert blob [%d, %d) hashes to %s, %s records %s (section unknown without --deep)",
+					int64(e)*v.layout.ExpertStride, int64(e+1)*v.layout.ExpertStride, fh.experts[e], qpack.ManifestName, wantExp[e])})
+		}
+		if fh.whole != "" {
+			v.problem(Problem{Scope: ScopeContainer, Kind: KindDigest, File: p, Key: "qpack.fileDigests", Layer: intp(layer),
+				Message: fmt.Sprintf("BLAKE3 %s, %s records %s (%d of %d expert blobs differ)", fh.whole, qpack.ManifestName, ext.FileDigests[p], len(bad), len(fh.experts))})
+		}
+		return false
+	}
+}

@@ -1,0 +1,13 @@
+//go:build !linux && !darwin
+
+package verify
+
+import "os"
+
+// Elsewhere reads go through the page cache as usual.
+
+func adviseSequential(*os.File) {}
+
+func dropCache(*os.File, int64, int64) {}
+
+func willNeed(*os.File, int64, int64) {}

@@ -1,0 +1,82 @@
+package verify
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/qpack-go/qpack/qpack"
+)
+
+// Receipt is verified-install.json: what was verified, when, and the size
+// and digest of every file, so a later check (or a person) can tell the
+// container is still the one that passed.
+type Receipt struct {
+	Tool            string `json:"tool"`
+	Container       string `json:"container"`
+	VerifiedAt      string `json:"verifiedAt"` // RFC 3339, UTC
+	ManifestDigest  string `json:"manifestDigest"`
+	DigestsRecorded bool   `json:"digestsRecorded"`
+	// LayerFileDigests: the whole-file digests of layer files were
+	// checked too (false in quick mode, where the expert digests vouch for
+	// every byte).
+	LayerFileDigests bool                   `json:"layerFileDigestsChecked"`
+	Deep             *ReceiptDeep           `json:"deep,omitempty"`
+	Files            map[string]ReceiptFile `json:"files"`
+}
+
+// ReceiptFile is one file of the receipt. Digest is the whole-file BLAKE3:
+// computed for every file except layer files in quick mode, where it is the
+// manifest's value and Check says the bytes were vouched for by the expert
+// digests.
+type ReceiptFile struct {
+	Size   int64  `json:"size"`
+	Digest string `json:"digest,omitempty"`
+	Check  string `json:"check"`
+}
+
+// ReceiptDeep records a deep check.
+type ReceiptDeep struct {
+	Source string `json:"source"`
+	Commit string `json:"commit,omitempty"`
+	Sample int    `json:"sample,omitempty"` // experts per layer; 0 = all
+}
+
+// NewReceipt builds the receipt of a report whose status is ok.
+func NewReceipt(r *Report, tool string, now time.Time) (*Receipt, error) {
+	if r.Status != StatusOK {
+		return nil, fmt.Errorf("verify: no receipt for a container whose verification did not pass (%s)", r.Status)
+	}
+	rc := &Receipt{Tool: tool, Container: r.Container, VerifiedAt: now.UTC().Format(time.RFC3339),
+		ManifestDigest: r.ManifestDigest, DigestsRecorded: r.DigestsRecorded, LayerFileDigests: r.LayerFileDigests,
+		Files: map[string]ReceiptFile{}}
+	for _, f := range r.Files {
+		if !f.OK {
+			return nil, fmt.Errorf("verify: %s did not pass", f.Path)
+		}
+		rf := ReceiptFile{Size: f.Size, Digest: f.Digest, Check: f.Check}
+		if rf.Digest == "" && r.fileDigests != nil {
+			rf.Digest = r.fileDigests[f.Path]
+		}
+		rc.Files[f.Path] = rf
+	}
+	if d := r.Deep; d != nil {
+		rc.Deep = &ReceiptDeep{Source: d.Source, Commit: d.Commit, Sample: d.Sample}
+	}
+	return rc, nil
+}
+
+// WriteReceipt writes rc as JSON to path atomically (temporary file, fsync,
+// rename): path holds either its old contents or the whole receipt.
+func WriteReceipt(path string, rc *Receipt) error {
+	if rc == nil {
+		return errors.New("verify: nil receipt")
+	}
+	data, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return qpack.WriteFileAtomic(filepath.Clean(path), append(data, '\n'), 0o644)
+}
