@@ -79,7 +79,7 @@ func TestDownloadFaults(t *testing.T) {
 			hub := newHub(t, hubtest.Config{TreePageSize: 1})
 			commit := hub.MustAddRepo("org/m", files, hubtest.RepoOptions{})
 			hub.Inject(tc.fault)
-			c, _ := newTestClient(t, hub, nil)
+			c, _ := newTestClient(t, hub, fastStall)
 			cache := t.TempDir()
 			req := DownloadRequest{Repo: "org/m", CacheDir: cache, ChunkSize: 64 << 10, Connections: 3}
 			res, err := c.Download(ctxT(t), req)

@@ -56,8 +56,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// testOptions: tiny backoffs and a short stall window so failure tests run
-// in milliseconds; debug logs go to the returned buffer.
+// testOptions: tiny backoffs so failure tests run in milliseconds; debug
+// logs go to the returned buffer. Stall tests shorten StallTimeout
+// themselves (fastStall); the default stays long enough that a loaded
+// machine does not trip it.
 func testOptions(hub *hubtest.Server) (Options, *syncBuffer) {
 	logs := &syncBuffer{}
 	return Options{
@@ -67,7 +69,7 @@ func testOptions(hub *hubtest.Server) (Options, *syncBuffer) {
 		RetryWaitMin:  time.Millisecond,
 		RetryWaitMax:  5 * time.Millisecond,
 		MaxRetryAfter: 50 * time.Millisecond,
-		StallTimeout:  200 * time.Millisecond,
+		StallTimeout:  2 * time.Second,
 		StallMinBytes: 1024,
 		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, logs
@@ -138,3 +140,6 @@ func mustNotContain(t testing.TB, what, haystack, needle string) {
 }
 
 var _ = io.EOF
+
+// fastStall makes the watchdog fire after 250 ms without 1 KiB of progress.
+func fastStall(o *Options) { o.StallTimeout = 250 * time.Millisecond }
