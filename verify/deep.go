@@ -205,7 +205,7 @@ type expertName struct {
 func parseExpertName(name string) (expertName, bool) {
 	comps := strings.Split(name, ".")
 	n := len(comps)
-	if n < 6 {
+	if n < 5 {
 		return expertName{}, false
 	}
 	if comps[n-3] != "switch_mlp" && comps[n-3] != "switch_glu" {
