@@ -154,7 +154,9 @@ func TestDeepCorruptLocalSource(t *testing.T) {
 	if got := find(r, func(p Problem) bool { return p.Kind == KindSourceHash && p.File == shard }); len(got) != 1 || !strings.Contains(got[0].Message, qpack.ManifestName) {
 		t.Fatal(dump(r))
 	}
-	if got := find(r, func(p Problem) bool { return p.Kind == KindMismatch && p.Scope == ScopeSource && p.Tensor == name && is(p.Layer, 1) && is(p.Expert, 0) }); len(got) != 1 {
+	if got := find(r, func(p Problem) bool {
+		return p.Kind == KindMismatch && p.Scope == ScopeSource && p.Tensor == name && is(p.Layer, 1) && is(p.Expert, 0)
+	}); len(got) != 1 {
 		t.Fatal(dump(r))
 	}
 	// A corruption outside every copied tensor (the header's padding is
@@ -240,7 +242,9 @@ func TestDeepSample(t *testing.T) {
 	flip(t, f.dir, qpack.LayerFile(1), off, 1)
 	r = deepRun(t, f, Options{}, l.ExpertCount)
 	wantStatus(t, r, StatusDamaged)
-	if len(find(r, func(p Problem) bool { return is(p.Layer, 1) && is(p.Expert, 6) && p.Section == "down_proj.weight" && *p.Offset == off })) != 1 {
+	if len(find(r, func(p Problem) bool {
+		return is(p.Layer, 1) && is(p.Expert, 6) && p.Section == "down_proj.weight" && *p.Offset == off
+	})) != 1 {
 		t.Fatal(dump(r))
 	}
 }
