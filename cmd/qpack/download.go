@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/qpack-go/qpack/hfhub"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "download",
+		Usage:     "download a Hub repository into the Hugging Face cache (or a plain directory), verifying every file",
+		ArgsUsage: "REPO",
+		Description: "Files go into the official cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)\n" +
+			"with its exact layout, so Python tools see them; or, with --local-dir, into a plain directory.\n" +
+			"Large files are fetched as parallel ranges; an interrupted download resumes where it stopped.\n" +
+			"Every file is hashed (sha256 for LFS files, git blob sha1 otherwise) before it is put in place.\n" +
+			"--include/--exclude are shell-style globs as in `hf download`: '*' also matches '/', and 'dir/'\n" +
+			"means everything under dir. The token comes from --token, HF_TOKEN, HUGGING_FACE_HUB_TOKEN or\n" +
+			"$HF_HOME/token (prefer the environment: a flag is visible to other users in the process list).\n" +
+			"Prints the snapshot (or local) directory on stdout; --json prints a summary instead.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "revision", Value: "main", Usage: "branch, tag or commit"},
+			&cli.StringSliceFlag{Name: "include", Usage: "only files matching this glob (repeatable)"},
+			&cli.StringSliceFlag{Name: "exclude", Usage: "skip files matching this glob (repeatable)"},
+			&cli.StringFlag{Name: "local-dir", Usage: "write plain files here instead of the cache"},
+			&cli.StringFlag{Name: "cache-dir", Usage: "cache root (default: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)"},
+			&cli.IntFlag{Name: "connections", Value: 8, Usage: "concurrent HTTP range requests"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "list what would be downloaded; write nothing"},
+			&cli.BoolFlag{Name: "offline", Usage: "use the cache only, no network (also HF_HUB_OFFLINE=1)"},
+			&cli.BoolFlag{Name: "json", Usage: "print a JSON summary (files, sizes, hashes, paths, snapshot dir)"},
+			&cli.StringFlag{Name: "token", Usage: "Hub token (default: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, $HF_HOME/token)"},
+		},
+		Action: runDownload,
+	})
+}
+
+func runDownload(cc *cli.Context) error {
+	c, err := parseLateFlags(cc)
+	if err != nil {
+		return err
+	}
+	if len(c.Args()) != 1 {
+		return withCode(2, fmt.Errorf("download: give exactly one REPO (like Qwen/Qwen3-Next-80B-A3B-Instruct)"))
+	}
+	repo := c.Args()[0]
+	if err := hfhub.ValidateRepoID(repo); err != nil {
+		return withCode(2, err)
+	}
+	if n := c.Int("connections"); n < 1 || n > 256 {
+		return withCode(2, fmt.Errorf("download: --connections must be between 1 and 256, not %d", n))
+	}
+	client, err := hfhub.NewClient(hfhub.Options{Token: c.String("token"), UserAgent: "qpack/" + version, Logger: slog.Default()})
+	if err != nil {
+		return withCode(2, err)
+	}
+	req := hfhub.DownloadRequest{
+		Repo: repo, Revision: c.String("revision"),
+		Include: c.StringSlice("include"), Exclude: c.StringSlice("exclude"),
+		CacheDir: c.String("cache-dir"), LocalDir: c.String("local-dir"),
+		Connections: c.Int("connections"), DryRun: c.Bool("dry-run"), Offline: c.Bool("offline"),
+	}
+	var bar *termProgress
+	if !req.DryRun && term.IsTerminal(int(os.Stderr.Fd())) {
+		bar = newTermProgress(os.Stderr)
+		req.Progress = bar
+	}
+	start := time.Now()
+	res, err := client.Download(cc.Context, req)
+	if bar != nil {
+		bar.finish()
+	}
+	if err != nil {
+		if res != nil && c.Bool("json") {
+			writeDownloadJSON(cc.App.Writer, res, start, err)
+		}
+		if errors.Is(cc.Context.Err(), context.Canceled) {
+			return withCode(130, fmt.Errorf("%w (run the same command again to resume)", err))
+		}
+		return err
+	}
+	if c.Bool("json") {
+		return writeDownloadJSON(cc.App.Writer, res, start, nil)
+	}
+	if req.DryRun {
+		tw := tabwriter.NewWriter(cc.App.Writer, 0, 4, 2, ' ', 0)
+		var todo int64
+		for _, f := range res.Files {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Status, sizeIEC(f.Size), f.Path)
+			if f.Status == hfhub.StatusPlanned {
+				todo += f.Size
+			}
+		}
+		tw.Flush()
+		fmt.Fprintf(cc.App.Writer, "%d files, %s at commit %s; %s to download into %s\n",
+			len(res.Files), sizeIEC(res.TotalBytes), res.Commit, sizeIEC(todo), res.Dir())
+		return nil
+	}
+	fmt.Fprintln(cc.App.Writer, res.Dir())
+	return nil
+}
+
+// downloadJSON is the --json summary.
+type downloadJSON struct {
+	*hfhub.DownloadResult
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	Error          string  `json:"error,omitempty"`
+}
+
+func writeDownloadJSON(w io.Writer, res *hfhub.DownloadResult, start time.Time, err error) error {
+	out := downloadJSON{DownloadResult: res, ElapsedSeconds: time.Since(start).Seconds()}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func sizeIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// termProgress draws one bar for the total (bytes, rate, ETA) whose label
+// names the file being fetched and its percentage, and prints a line per
+// finished file.
+type termProgress struct {
+	w       io.Writer
+	mu      sync.Mutex
+	bar     *progressbar.ProgressBar
+	files   int
+	done    int
+	cur     map[string][2]int64 // path → fetched, size
+	started map[string]time.Time
+	last    time.Time
+}
+
+func newTermProgress(w io.Writer) *termProgress {
+	return &termProgress{w: w, cur: map[string][2]int64{}, started: map[string]time.Time{}}
+}
+
+func (p *termProgress) Plan(files int, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.files = files
+	p.bar = progressbar.NewOptions64(bytes,
+		progressbar.OptionSetWriter(p.w),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionSetWidth(25),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionUseIECUnits(true),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetDescription(fmt.Sprintf("[0/%d]", files)),
+	)
+}
+
+func (p *termProgress) FileStart(path string, size, already int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur[path] = [2]int64{already, size}
+	p.started[path] = time.Now()
+	if p.bar != nil && already > 0 {
+		p.bar.ChangeMax64(p.bar.GetMax64() - already) // the bar counts this run's bytes
+	}
+	p.describe(true)
+}
+
+func (p *termProgress) Add(path string, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.cur[path]
+	c[0] += n
+	p.cur[path] = c
+	if p.bar != nil {
+		p.bar.Add64(n)
+	}
+	p.describe(false)
+}
+
+func (p *termProgress) FileDone(path string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.cur[path]
+	el := time.Since(p.started[path])
+	delete(p.cur, path)
+	p.done++
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+	if err != nil {
+		fmt.Fprintf(p.w, "✗ %s: %v\n", path, err)
+	} else {
+		rate := ""
+		if s := el.Seconds(); s > 0 {
+			rate = fmt.Sprintf(", %s/s", sizeIEC(int64(float64(c[0])/s)))
+		}
+		fmt.Fprintf(p.w, "✓ %s (%s%s)\n", path, sizeIEC(c[1]), rate)
+	}
+	p.describe(true)
+}
+
+// describe labels the bar with the progress of one file in flight.
+func (p *termProgress) describe(force bool) {
+	if p.bar == nil || (!force && time.Since(p.last) < 200*time.Millisecond) {
+		return
+	}
+	p.last = time.Now()
+	label := fmt.Sprintf("[%d/%d]", p.done, p.files)
+	var name string
+	for k := range p.cur {
+		if name == "" || k < name {
+			name = k
+		}
+	}
+	if name != "" {
+		c := p.cur[name]
+		pct := 100.0
+		if c[1] > 0 {
+			pct = 100 * float64(c[0]) / float64(c[1])
+		}
+		if len(name) > 40 {
+			name = "…" + name[len(name)-39:]
+		}
+		label += fmt.Sprintf(" %s %.0f%%", name, pct)
+	}
+	p.bar.Describe(label)
+}
+
+func (p *termProgress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}

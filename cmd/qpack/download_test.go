@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/hfhub/hubtest"
+)
+
+func TestDownloadCommand(t *testing.T) {
+	hub, err := hubtest.NewServer(hubtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	weights := []byte(strings.Repeat("w", 100_000))
+	commit := hub.MustAddRepo("org/m", []hubtest.File{
+		{Path: "config.json", Data: []byte(`{"x":1}`)},
+		{Path: "w/model.safetensors", Data: weights, LFS: true},
+	}, hubtest.RepoOptions{})
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HOME", t.TempDir())
+	cache := t.TempDir()
+
+	// Flags after the repository, repeated --include, --json.
+	out, err := runCLI(t, "download", "org/m", "--cache-dir", cache, "--include", "*.json", "--include", "w/", "--json", "--connections", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var res struct {
+		Commit      string `json:"commit"`
+		SnapshotDir string `json:"snapshot_dir"`
+		Files       []struct {
+			Path, Status, SHA256 string
+			Size                 int64
+		} `json:"files"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Commit != commit || len(res.Files) != 2 || res.Files[1].Path != "w/model.safetensors" || res.Files[1].Status != "downloaded" || res.Files[1].Size != 100_000 {
+		t.Fatalf("summary %+v", res)
+	}
+	b, err := os.ReadFile(filepath.Join(res.SnapshotDir, "w", "model.safetensors"))
+	if err != nil || string(b) != string(weights) {
+		t.Fatalf("snapshot file: %v", err)
+	}
+
+	// Offline: prints the snapshot directory and touches no network.
+	hub.ResetLog()
+	out, err = runCLI(t, "download", "--offline", "--cache-dir", cache, "org/m")
+	if err != nil || strings.TrimSpace(out) != res.SnapshotDir {
+		t.Fatalf("offline: %v %q", err, out)
+	}
+	if n := len(hub.Requests()); n != 0 {
+		t.Fatalf("offline made %d requests", n)
+	}
+
+	// Dry run into an empty cache lists both files as planned.
+	out, err = runCLI(t, "download", "org/m", "--dry-run", "--cache-dir", t.TempDir())
+	if err != nil || strings.Count(out, "planned") != 2 {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+
+	// Usage errors.
+	if _, err := runCLI(t, "download"); err == nil {
+		t.Fatal("no repo accepted")
+	}
+	if _, err := runCLI(t, "download", "../evil"); err == nil {
+		t.Fatal("bad repo id accepted")
+	}
+	if _, err := runCLI(t, "download", "org/m", "--connections", "0"); err == nil {
+		t.Fatal("--connections 0 accepted")
+	}
+	out, err = runCLI(t, "download", "org/missing", "--cache-dir", cache)
+	if err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("missing repo: %v", err)
+	}
+}
