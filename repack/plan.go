@@ -29,10 +29,10 @@ type SourceShard struct {
 
 // SkippedTensor is a source tensor that does not go into the container.
 type SkippedTensor struct {
-	Name   string
-	Shard  string
-	Reason string
-	Bytes  int64
+	Name   string `json:"name"`
+	Shard  string `json:"shard"`
+	Reason string `json:"reason"`
+	Bytes  int64  `json:"bytes"`
 }
 
 // DenseTensor is a tensor copied unchanged into model.safetensors.

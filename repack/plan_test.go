@@ -66,9 +66,9 @@ type moeDims struct {
 func (d moeDims) expertSpecs(l int) []safetensors.Spec {
 	var out []safetensors.Spec
 	for _, p := range []struct {
-		name    string
-		outDim  int64
-		inDim   int64
+		name   string
+		outDim int64
+		inDim  int64
 	}{{"gate_proj", d.inter, d.hidden}, {"up_proj", d.inter, d.hidden}, {"down_proj", d.hidden, d.inter}} {
 		base := fmt.Sprintf("%slayers.%d.mlp.switch_mlp.%s.", d.prefix, l, p.name)
 		E := int64(d.E)

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/qpack-go/qpack/repack"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:  "repack",
+		Usage: "stream an MLX checkpoint from the Hub or a directory into a .qpack container (resumable)",
+		Description: `Plans the container from config.json and the shard headers, then streams every shard
+with range reads straight into the container's files: the checkpoint is never stored. Each shard is
+hashed in order and checked against the Hub's sha256 (a local shard's sha256 is recorded). Killed at
+any point, the same command resumes; a Hub repo that already holds a .qpack is downloaded instead.`,
+		ArgsUsage: " ",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "from-hf", Usage: "Hub repo id `ORG/NAME` of an MLX checkpoint (or of a built .qpack)"},
+			&cli.StringFlag{Name: "revision", Usage: "branch, tag or commit of --from-hf", Value: "main"},
+			&cli.StringFlag{Name: "from-dir", Usage: "local MLX checkpoint `DIR`"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the container to create, `X.qpack`", Required: true},
+			&cli.IntFlag{Name: "connections", Usage: "concurrent range reads (default 8 for the Hub, 2 for a directory)"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing container at --output"},
+			&cli.BoolFlag{Name: "discard-partial", Usage: "throw away an interrupted repack of --output and start over"},
+			&cli.BoolFlag{Name: "json", Usage: "print a JSON summary on stdout"},
+			&cli.StringFlag{Name: "token", Usage: "Hub access token (default: HF_TOKEN, then the token file)", EnvVars: nil},
+			&cli.Int64Flag{Name: "range-size", Usage: "bytes per range read", Value: repack.DefaultRangeSize, Hidden: true},
+			&cli.Int64Flag{Name: "reserve", Usage: "free space to leave on the output's disk, in bytes (default 1 GiB; -1: none)", Hidden: true},
+		},
+		Action: repackAction,
+	})
+}
+
+func repackAction(c *cli.Context) error {
+	if c.NArg() != 0 {
+		return withCode(2, fmt.Errorf("repack: unexpected argument %q (use --from-hf or --from-dir, and --output)", c.Args().First()))
+	}
+	hf, dir := c.String("from-hf"), c.String("from-dir")
+	if (hf == "") == (dir == "") {
+		return withCode(2, fmt.Errorf("repack: give exactly one of --from-hf REPO and --from-dir DIR"))
+	}
+	if dir != "" && c.IsSet("revision") {
+		return withCode(2, fmt.Errorf("repack: --revision goes with --from-hf"))
+	}
+	if c.Int("connections") < 0 || c.Int("connections") > 64 {
+		return withCode(2, fmt.Errorf("repack: --connections must be between 1 and 64"))
+	}
+	out := c.String("output")
+	if strings.TrimSpace(out) == "" {
+		return withCode(2, fmt.Errorf("repack: --output is empty"))
+	}
+	o := repack.Options{
+		FromHF: hf, Revision: c.String("revision"), FromDir: dir, Output: out,
+		Connections: c.Int("connections"), Overwrite: c.Bool("overwrite"), DiscardPartial: c.Bool("discard-partial"),
+		Token: c.String("token"), RangeSize: c.Int64("range-size"), Reserve: c.Int64("reserve"),
+		ToolVersion: version, Logger: slog.Default(),
+	}
+	var bar *repackBar
+	if repackIsTerminal(os.Stderr) {
+		bar = &repackBar{w: os.Stderr}
+		o.OnProgress = bar.update
+	}
+	res, err := repack.Run(c.Context, o)
+	if bar != nil {
+		bar.finish()
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printRepackSummary(c.App.Writer, res)
+	return nil
+}
+
+func printRepackSummary(w io.Writer, r *repack.Result) {
+	from := r.SourceDir
+	if r.Repo != "" {
+		from = r.Repo + "@" + repackShortCommit(r.Commit)
+	}
+	switch {
+	case r.AlreadyComplete:
+		fmt.Fprintf(w, "%s is already complete (from %s)\n", r.Output, from)
+		return
+	case r.Mode == "prebuilt":
+		fmt.Fprintf(w, "downloaded the prebuilt container %s to %s: %s in %.1fs\n", from, r.Output, repackBytes(r.OutputBytes), r.Seconds)
+		return
+	}
+	fmt.Fprintf(w, "repacked %s into %s: %s from %s of shards in %.1fs (%s/s)\n",
+		from, r.Output, repackBytes(r.OutputBytes), repackBytes(r.SourceBytes), r.Seconds, repackBytes(int64(r.Throughput)))
+	if r.Resumed {
+		fmt.Fprintf(w, "  resumed: %d of %d ranges were already complete", r.RangesReused, r.Ranges)
+		if r.RangesRedone > 0 {
+			fmt.Fprintf(w, ", %d damaged ones fetched again", r.RangesRedone)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range r.Shards {
+		how := "sha256 recorded"
+		if s.Verified {
+			how = "sha256 verified against the Hub"
+		}
+		fmt.Fprintf(w, "  %s  %s  %s (%s)\n", s.SHA256, repackBytes(s.Size), s.Name, how)
+	}
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(w, "  skipped %d tensors (%s):", len(r.Skipped), repackBytes(r.SkippedBytes))
+		for i, s := range r.Skipped {
+			if i == 5 {
+				fmt.Fprintf(w, " ... and %d more", len(r.Skipped)-5)
+				break
+			}
+			fmt.Fprintf(w, " %s (%s)", s.Name, s.Reason)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func repackShortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+func repackBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func repackIsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// repackBar shows one progress bar per phase of a repack on a terminal:
+// bytes, rate, ETA and the layer being written.
+type repackBar struct {
+	w     io.Writer
+	mu    sync.Mutex
+	phase string
+	layer int
+	bar   *progressbar.ProgressBar
+}
+
+var repackPhaseNames = map[string]string{
+	"check":    "checking the partial repack",
+	"copy":     "repacking",
+	"finish":   "hashing the container",
+	"download": "downloading",
+}
+
+func (b *repackBar) update(p repack.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.Phase != b.phase || b.bar == nil {
+		if b.bar != nil {
+			b.bar.Finish()
+			fmt.Fprintln(b.w)
+		}
+		b.phase, b.layer = p.Phase, -2
+		b.bar = progressbar.NewOptions64(p.Total,
+			progressbar.OptionSetWriter(b.w),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowTotalBytes(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionThrottle(150*time.Millisecond),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionSetDescription(repackPhaseNames[p.Phase]),
+			progressbar.OptionUseIECUnits(true),
+		)
+	}
+	if p.Layer >= 0 && p.Layer != b.layer {
+		b.layer = p.Layer
+		b.bar.Describe(fmt.Sprintf("%s, layer %d", repackPhaseNames[p.Phase], p.Layer))
+	}
+	b.bar.Set64(p.Done)
+}
+
+func (b *repackBar) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bar != nil {
+		b.bar.Finish()
+		fmt.Fprintln(b.w)
+	}
+}
