@@ -1,0 +1,90 @@
+package sample
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzEOSFromJSON: arbitrary config bytes give ids in range or an error
+// naming the file, never a panic.
+func FuzzEOSFromJSON(f *testing.F) {
+	f.Add([]byte(`{"eos_token_id": [151645, 151643]}`))
+	f.Add([]byte(`{"eos_token_id": 2, "do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95}`))
+	f.Add([]byte(`{"eos_token_id": null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ids, err := EOSFromJSON("fuzz.json", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.json") {
+				t.Fatalf("error without the file name: %v", err)
+			}
+		}
+		for _, id := range ids {
+			if id < 0 || id >= maxTokenID {
+				t.Fatalf("id %d out of range", id)
+			}
+		}
+		if p, err := ParamsFromGenerationConfig("fuzz.json", data, Params{}); err == nil {
+			if err := p.Validate(); err != nil {
+				t.Fatalf("returned invalid params %+v: %v", p, err)
+			}
+		}
+	})
+}
+
+// FuzzStopper: however the text is cut into pieces, what the stopper
+// releases is the text up to the earliest stop string (or all of it).
+func FuzzStopper(f *testing.F) {
+	f.Add("Hello </s> world", "</s>", "STOP", uint64(0x0123456789))
+	f.Add("aaabcabc", "abc", "bca", uint64(7))
+	f.Add("好终止了", "终止", "", uint64(1<<40-1))
+	f.Fuzz(func(t *testing.T, text, stop1, stop2 string, cuts uint64) {
+		var stops []string
+		for _, s := range []string{stop1, stop2} {
+			if s != "" {
+				stops = append(stops, s)
+			}
+		}
+		// Reference: grow the text one byte at a time; the first time it
+		// ends with a stop string, the answer is the text before it (the
+		// longest such stop string when several end there).
+		want := text
+	grow:
+		for n := 1; n <= len(text); n++ {
+			best := -1
+			for _, s := range stops {
+				if strings.HasSuffix(text[:n], s) && (best < 0 || n-len(s) < best) {
+					best = n - len(s)
+				}
+			}
+			if best >= 0 {
+				want = text[:best]
+				break grow
+			}
+		}
+		st := NewStopper(nil, stops)
+		var got strings.Builder
+		stopped := false
+		rest := text
+		for rest != "" && !stopped {
+			n := int(cuts%7) + 1
+			cuts /= 7
+			if cuts == 0 {
+				n = len(rest)
+			}
+			n = min(n, len(rest))
+			var e string
+			e, stopped = st.Push(rest[:n])
+			got.WriteString(e)
+			rest = rest[n:]
+		}
+		if !stopped {
+			got.WriteString(st.Flush())
+		}
+		if got.String() != want {
+			t.Fatalf("text %q stops %q: released %q, want %q", text, stops, got.String(), want)
+		}
+		if stopped != ((len(stops) > 0 && strings.Contains(text, stops[0])) || (len(stops) > 1 && strings.Contains(text, stops[1]))) {
+			t.Fatalf("stopped = %v", stopped)
+		}
+	})
+}

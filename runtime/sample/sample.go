@@ -1,0 +1,352 @@
+// Package sample picks the next token from a logits vector: greedy or
+// seeded random sampling with temperature, top-k, top-p and min-p, after
+// repetition and presence penalties; and it decides when generation stops
+// (EOS ids, stop strings matched on the decoded text stream).
+//
+// The filters follow the Hugging Face transformers logits processors, in
+// their order: repetition penalty (a seen token's logit l becomes l/p when
+// l > 0, else l*p), then presence penalty (a seen token's logit minus the
+// penalty, once per distinct token), then temperature, top-k (keep every
+// token whose logit is at least the k-th largest), top-p (drop the
+// least likely tokens whose cumulative probability is at most 1-top_p, never
+// the most likely one), min-p (drop tokens whose probability is below min_p
+// times the largest). Temperature 0 is greedy: the largest penalised logit,
+// the lowest id on ties.
+package sample
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Params configures a Sampler. The zero value is greedy decoding.
+type Params struct {
+	Temperature       float64 // 0: greedy
+	TopK              int     // 0: off
+	TopP              float64 // 0 or 1: off
+	MinP              float64 // 0: off
+	RepetitionPenalty float64 // 0 or 1: off
+	PresencePenalty   float64 // 0: off
+	Seed              uint64
+}
+
+// Validate reports parameters out of range.
+func (p Params) Validate() error {
+	switch {
+	case math.IsNaN(p.Temperature) || p.Temperature < 0 || math.IsInf(p.Temperature, 0):
+		return fmt.Errorf("sample: temperature %v must be finite and >= 0", p.Temperature)
+	case p.TopK < 0:
+		return fmt.Errorf("sample: top_k %d must be >= 0", p.TopK)
+	case math.IsNaN(p.TopP) || p.TopP < 0 || p.TopP > 1:
+		return fmt.Errorf("sample: top_p %v must be in [0, 1]", p.TopP)
+	case math.IsNaN(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("sample: min_p %v must be in [0, 1]", p.MinP)
+	case math.IsNaN(p.RepetitionPenalty) || p.RepetitionPenalty < 0 || math.IsInf(p.RepetitionPenalty, 0):
+		return fmt.Errorf("sample: repetition_penalty %v must be finite and > 0 (0 means off)", p.RepetitionPenalty)
+	case math.IsNaN(p.PresencePenalty) || math.IsInf(p.PresencePenalty, 0):
+		return fmt.Errorf("sample: presence_penalty %v must be finite", p.PresencePenalty)
+	}
+	return nil
+}
+
+// Sampler draws tokens. It remembers the tokens it has seen (Observe, and
+// every token it returns) for the penalties. Not safe for concurrent use.
+type Sampler struct {
+	p    Params
+	rng  *rand.Rand
+	seen map[int]struct{}
+
+	scores []float64
+	cands  []int
+}
+
+// New returns a Sampler whose random stream is fixed by p.Seed.
+func New(p Params) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sampler{
+		p:    p,
+		rng:  rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15)),
+		seen: map[int]struct{}{},
+	}, nil
+}
+
+// Params returns the parameters the sampler was made with.
+func (s *Sampler) Params() Params { return s.p }
+
+// Observe records tokens as seen (typically the prompt) for the penalties.
+func (s *Sampler) Observe(ids ...int) {
+	for _, id := range ids {
+		s.seen[id] = struct{}{}
+	}
+}
+
+// Reset forgets the seen tokens; the random stream continues.
+func (s *Sampler) Reset() { clear(s.seen) }
+
+// ErrNoCandidate is returned when no logit is a finite number (after
+// penalties and temperature), so no token can be chosen.
+var ErrNoCandidate = errors.New("sample: no finite logit")
+
+// Sample chooses the next token from logits (not modified) and records it
+// as seen.
+func (s *Sampler) Sample(logits []float32) (int, error) {
+	id, err := s.pick(logits)
+	if err != nil {
+		return -1, err
+	}
+	s.seen[id] = struct{}{}
+	return id, nil
+}
+
+func (s *Sampler) pick(logits []float32) (int, error) {
+	if len(logits) == 0 {
+		return -1, errors.New("sample: empty logits")
+	}
+	sc := s.penalised(logits)
+
+	if s.p.Temperature == 0 {
+		best := -1
+		for i, v := range sc {
+			if math.IsInf(v, -1) {
+				continue
+			}
+			if best < 0 || v > sc[best] {
+				best = i
+			}
+		}
+		if best < 0 {
+			return -1, ErrNoCandidate
+		}
+		return best, nil
+	}
+
+	cands := s.cands[:0]
+	for i, v := range sc {
+		v /= s.p.Temperature
+		sc[i] = v
+		if !math.IsInf(v, -1) && !math.IsNaN(v) {
+			cands = append(cands, i)
+		}
+	}
+	// v/T can overflow to +Inf for tiny T: such tokens are the only
+	// candidates, as in the limit.
+	var inf []int
+	for _, i := range cands {
+		if math.IsInf(sc[i], 1) {
+			inf = append(inf, i)
+		}
+	}
+	if len(inf) > 0 {
+		cands = append(cands[:0], inf...)
+		for _, i := range cands {
+			sc[i] = 0
+		}
+	}
+	if len(cands) == 0 {
+		return -1, ErrNoCandidate
+	}
+
+	cands = topK(sc, cands, s.p.TopK)
+	if s.p.TopP > 0 && s.p.TopP < 1 {
+		cands = topP(sc, cands, s.p.TopP)
+	}
+	if s.p.MinP > 0 {
+		cands = minP(sc, cands, s.p.MinP)
+	}
+	s.cands = cands
+
+	// Draw from the softmax of the kept scores, walking ids in ascending
+	// order so that a seed gives the same token whatever order the filters
+	// left the candidates in.
+	slices.Sort(cands)
+	maxv := math.Inf(-1)
+	for _, i := range cands {
+		maxv = max(maxv, sc[i])
+	}
+	var total float64
+	for _, i := range cands {
+		total += math.Exp(sc[i] - maxv)
+	}
+	u := s.rng.Float64() * total
+	var acc float64
+	for _, i := range cands {
+		acc += math.Exp(sc[i] - maxv)
+		if u < acc {
+			return i, nil
+		}
+	}
+	return cands[len(cands)-1], nil // rounding left u at the very top
+}
+
+// penalised copies logits to float64 scores (NaN becomes -Inf) and applies
+// the repetition and presence penalties to the seen tokens.
+func (s *Sampler) penalised(logits []float32) []float64 {
+	sc := slices.Grow(s.scores[:0], len(logits))[:len(logits)]
+	s.scores = sc
+	for i, v := range logits {
+		f := float64(v)
+		if math.IsNaN(f) {
+			f = math.Inf(-1)
+		}
+		sc[i] = f
+	}
+	rp := s.p.RepetitionPenalty
+	pp := s.p.PresencePenalty
+	if (rp == 0 || rp == 1) && pp == 0 {
+		return sc
+	}
+	for id := range s.seen {
+		if id < 0 || id >= len(sc) {
+			continue
+		}
+		v := sc[id]
+		if rp != 0 && rp != 1 {
+			if v > 0 {
+				v /= rp
+			} else {
+				v *= rp
+			}
+		}
+		v -= pp
+		sc[id] = v
+	}
+	return sc
+}
+
+// topK keeps the candidates whose score is at least the k-th largest.
+func topK(sc []float64, cands []int, k int) []int {
+	if k <= 0 || k >= len(cands) {
+		return cands
+	}
+	th := kthLargest(sc, cands, k)
+	out := cands[:0]
+	for _, i := range cands {
+		if sc[i] >= th {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// kthLargest returns the k-th largest score among cands (1 <= k <= len),
+// keeping the k largest seen so far in a min-heap.
+func kthLargest(sc []float64, cands []int, k int) float64 {
+	h := make([]float64, 0, k)
+	for _, i := range cands {
+		v := sc[i]
+		if len(h) < k {
+			h = append(h, v)
+			for j := len(h) - 1; j > 0; { // sift up
+				parent := (j - 1) / 2
+				if h[parent] <= h[j] {
+					break
+				}
+				h[parent], h[j] = h[j], h[parent]
+				j = parent
+			}
+			continue
+		}
+		if v <= h[0] {
+			continue
+		}
+		h[0] = v
+		for j := 0; ; { // sift down
+			l, r, m := 2*j+1, 2*j+2, j
+			if l < k && h[l] < h[m] {
+				m = l
+			}
+			if r < k && h[r] < h[m] {
+				m = r
+			}
+			if m == j {
+				break
+			}
+			h[j], h[m] = h[m], h[j]
+			j = m
+		}
+	}
+	return h[0]
+}
+
+// topP keeps, in descending order of score (ties: lower id first), each
+// candidate while the probability mass before it is below p; the first is
+// always kept.
+func topP(sc []float64, cands []int, p float64) []int {
+	maxv := math.Inf(-1)
+	for _, i := range cands {
+		maxv = max(maxv, sc[i])
+	}
+	var total float64
+	for _, i := range cands {
+		total += math.Exp(sc[i] - maxv)
+	}
+	// Only candidates that can be kept go on the heap. Bucket them by the
+	// binary exponent of their probability: once the buckets above hold mass
+	// p, every token in a lower bucket has at least p of strictly more
+	// likely tokens before it and is dropped. One bucket of slack covers
+	// rounding in these sums.
+	const nb = 64
+	var mass [nb]float64
+	bucket := func(prob float64) int {
+		_, e := math.Frexp(prob) // prob = f * 2^e, f in [0.5, 1)
+		return min(nb-1, max(0, 1-e))
+	}
+	for _, i := range cands {
+		prob := math.Exp(sc[i]-maxv) / total
+		mass[bucket(prob)] += prob
+	}
+	last, cum := nb-1, 0.0
+	for b := range nb {
+		cum += mass[b]
+		if cum >= p {
+			last = min(nb-1, b+1)
+			break
+		}
+	}
+	ids := make([]int, 0, len(cands))
+	for _, i := range cands {
+		if bucket(math.Exp(sc[i]-maxv)/total) <= last {
+			ids = append(ids, i)
+		}
+	}
+	slices.SortFunc(ids, func(a, b int) int {
+		switch {
+		case sc[a] > sc[b]:
+			return -1
+		case sc[a] < sc[b]:
+			return 1
+		}
+		return a - b
+	})
+	out := cands[:0]
+	var before float64
+	for _, i := range ids {
+		if len(out) > 0 && before >= p {
+			break
+		}
+		out = append(out, i)
+		before += math.Exp(sc[i]-maxv) / total
+	}
+	return out
+}
+
+// minP keeps candidates whose probability is at least m times the largest,
+// that is whose score is at least max + ln(m).
+func minP(sc []float64, cands []int, m float64) []int {
+	maxv := math.Inf(-1)
+	for _, i := range cands {
+		maxv = max(maxv, sc[i])
+	}
+	out := cands[:0]
+	for _, i := range cands {
+		if math.Exp(sc[i]-maxv) >= m {
+			out = append(out, i)
+		}
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package sample
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Stopper decides when generation ends: on an EOS id, or when the decoded
+// text contains a stop string. Text is fed to it in pieces as it is decoded;
+// it holds back any tail that could be the start of a stop string, so the
+// text it releases never contains (part of) a stop string. Not safe for
+// concurrent use.
+type Stopper struct {
+	eos     map[int]bool
+	stops   []string
+	pending string
+	stopped bool
+}
+
+// NewStopper returns a stopper for the given EOS ids and stop strings
+// (empty strings are ignored).
+func NewStopper(eosIDs []int, stopStrings []string) *Stopper {
+	s := &Stopper{eos: map[int]bool{}}
+	for _, id := range eosIDs {
+		s.eos[id] = true
+	}
+	for _, t := range stopStrings {
+		if t != "" {
+			s.stops = append(s.stops, t)
+		}
+	}
+	return s
+}
+
+// IsEOS reports whether id ends generation.
+func (s *Stopper) IsEOS(id int) bool { return s.eos[id] }
+
+// EOSIDs returns the EOS ids in ascending order.
+func (s *Stopper) EOSIDs() []int {
+	out := make([]int, 0, len(s.eos))
+	for id := range s.eos {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Push adds decoded text. It returns the text that can be shown now and
+// whether a stop string was found; when it was, emit ends just before the
+// stop string, the rest is dropped, and later Pushes return nothing. When
+// several stop strings occur, the one completed first in the text wins, so
+// the result does not depend on how the text was cut into pieces.
+func (s *Stopper) Push(text string) (emit string, stopped bool) {
+	if s.stopped {
+		return "", true
+	}
+	buf := s.pending + text
+	// The stop string that completes first as the text grows (smallest end;
+	// on a tie the one that starts earlier) ends generation.
+	start, end := -1, -1
+	for _, t := range s.stops {
+		if i := strings.Index(buf, t); i >= 0 {
+			if e := i + len(t); end < 0 || e < end || (e == end && i < start) {
+				start, end = i, e
+			}
+		}
+	}
+	if start >= 0 {
+		s.stopped = true
+		s.pending = ""
+		return buf[:start], true
+	}
+	hold := 0
+	for _, t := range s.stops {
+		for k := min(len(t)-1, len(buf)); k > hold; k-- {
+			if strings.HasSuffix(buf, t[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	s.pending = buf[len(buf)-hold:]
+	return buf[:len(buf)-hold], false
+}
+
+// Flush returns the held-back text at the end of generation (when it ended
+// for another reason than a stop string).
+func (s *Stopper) Flush() string {
+	out := s.pending
+	s.pending = ""
+	return out
+}
+
+// Stopped reports whether a stop string has been seen.
+func (s *Stopper) Stopped() bool { return s.stopped }
+
+const (
+	maxConfigSize = 1 << 20
+	maxEOSIDs     = 64
+	maxTokenID    = 1 << 24
+)
+
+// EOSFromJSON reads eos_token_id (an integer or a list of integers) from a
+// generation_config.json or config.json; name is used in errors. A file
+// without the field gives no ids and no error.
+func EOSFromJSON(name string, data []byte) ([]int, error) {
+	if len(data) > maxConfigSize {
+		return nil, fmt.Errorf("sample: %s: more than %d bytes", name, maxConfigSize)
+	}
+	var cfg struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("sample: %s: %w", name, err)
+	}
+	raw := bytes.TrimSpace(cfg.EOS)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var ids []int64
+	var one int64
+	if err := json.Unmarshal(raw, &one); err == nil {
+		ids = []int64{one}
+	} else if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, fmt.Errorf("sample: %s: eos_token_id is neither an integer nor a list of integers", name)
+	}
+	if len(ids) > maxEOSIDs {
+		return nil, fmt.Errorf("sample: %s: %d eos_token_id values, more than %d", name, len(ids), maxEOSIDs)
+	}
+	out := make([]int, 0, len(ids))
+	for _, id := range ids {
+		if id < 0 || id >= maxTokenID {
+			return nil, fmt.Errorf("sample: %s: eos_token_id %d out of range", name, id)
+		}
+		out = append(out, int(id))
+	}
+	return out, nil
+}
+
+// LoadEOS collects the EOS ids of a model directory from
+// generation_config.json and config.json (either may be missing), without
+// duplicates, in ascending order.
+func LoadEOS(dir string) ([]int, error) {
+	set := map[int]bool{}
+	for _, f := range []string{"generation_config.json", "config.json"} {
+		p := filepath.Join(dir, f)
+		data, err := readBounded(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ids, err := EOSFromJSON(p, data)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			set[id] = true
+		}
+	}
+	out := make([]int, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("sample: %s: %w", path, err)
+	}
+	if len(data) > maxConfigSize {
+		return nil, fmt.Errorf("sample: %s: more than %d bytes", path, maxConfigSize)
+	}
+	return data, nil
+}
+
+// ParamsFromGenerationConfig reads the sampling defaults of a
+// generation_config.json (do_sample, temperature, top_k, top_p, min_p,
+// repetition_penalty) over base. As in transformers, sampling happens only
+// with do_sample true; otherwise the result is greedy (temperature 0).
+func ParamsFromGenerationConfig(name string, data []byte, base Params) (Params, error) {
+	if len(data) > maxConfigSize {
+		return base, fmt.Errorf("sample: %s: more than %d bytes", name, maxConfigSize)
+	}
+	var g struct {
+		DoSample          *bool    `json:"do_sample"`
+		Temperature       *float64 `json:"temperature"`
+		TopK              *int     `json:"top_k"`
+		TopP              *float64 `json:"top_p"`
+		MinP              *float64 `json:"min_p"`
+		RepetitionPenalty *float64 `json:"repetition_penalty"`
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		return base, fmt.Errorf("sample: %s: %w", name, err)
+	}
+	p := base
+	if g.Temperature != nil {
+		p.Temperature = *g.Temperature
+	}
+	if g.TopK != nil {
+		p.TopK = *g.TopK
+	}
+	if g.TopP != nil {
+		p.TopP = *g.TopP
+	}
+	if g.MinP != nil {
+		p.MinP = *g.MinP
+	}
+	if g.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *g.RepetitionPenalty
+	}
+	if g.DoSample == nil || !*g.DoSample {
+		p.Temperature = 0
+	}
+	if err := p.Validate(); err != nil {
+		return base, fmt.Errorf("%s: %w", name, err)
+	}
+	return p, nil
+}
