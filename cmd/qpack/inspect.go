@@ -454,4 +454,3 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.2f %ciB (%d B)", float64(n)/float64(div), "KMGTPE"[exp], n)
 }
-
