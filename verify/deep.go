@@ -205,6 +205,11 @@ type expertName struct {
 func parseExpertName(name string) (expertName, bool) {
 	comps := strings.Split(name, ".")
 	n := len(comps)
+	for _, c := range comps {
+		if c == "" {
+			return expertName{}, false // "a..b", ".a", "a.": not a module path
+		}
+	}
 	if n < 5 {
 		return expertName{}, false
 	}
@@ -219,9 +224,10 @@ func parseExpertName(name string) (expertName, bool) {
 		if comps[i] != "layers" {
 			continue
 		}
-		l, err := strconv.Atoi(comps[i+1])
-		if err != nil || l < 0 || strconv.Itoa(l) != comps[i+1] {
-			return expertName{}, false
+		num := comps[i+1]
+		l, err := strconv.Atoi(num)
+		if len(num) > 9 || err != nil || l < 0 || strconv.Itoa(l) != num {
+			continue // not a layer index; an earlier "layers" may be
 		}
 		prefix := strings.Join(comps[:i], ".")
 		if prefix != "" {

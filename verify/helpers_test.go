@@ -51,7 +51,7 @@ type fixture struct {
 	ckptShard []string // shard files of the checkpoint, sorted
 }
 
-func newFixture(t *testing.T, ckpt string) *fixture {
+func newFixture(t testing.TB, ckpt string) *fixture {
 	t.Helper()
 	builtMu.Lock()
 	pristine, ok := built[ckpt]
@@ -82,7 +82,7 @@ func newFixture(t *testing.T, ckpt string) *fixture {
 	return f
 }
 
-func copyDir(t *testing.T, from, to string) {
+func copyDir(t testing.TB, from, to string) {
 	t.Helper()
 	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
