@@ -1,0 +1,361 @@
+package runner
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/expertcache"
+	"github.com/qpack-go/qpack/runtime/synthetic"
+)
+
+// fixture is one synthetic tiny model written both as an MLX checkpoint
+// directory (sharded) and as a .qpack container, each with the tokenizer,
+// template and generation config of the committed tiny model.
+type fixture struct {
+	gen       *synthetic.Model
+	raw, pack string
+}
+
+func newFixture(t testing.TB, typ string, bits, group int, tiny string) *fixture {
+	t.Helper()
+	d := synthetic.Tiny(typ)
+	d.Bits, d.Group = bits, group
+	g, err := synthetic.Generate(d, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	f := &fixture{gen: g, raw: filepath.Join(root, "raw"), pack: filepath.Join(root, "model.qpack")}
+	if err := g.WriteCheckpoint(f.raw, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.WriteContainer(f.pack); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join("..", "..", "testdata", "tiny", tiny)
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
+		data, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{f.raw, f.pack} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return f
+}
+
+func open(t testing.TB, dir string, opt Options) *Runner {
+	t.Helper()
+	r, err := Open(dir, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// run records every sampled token and the logits it came from.
+type run struct {
+	tokens []int
+	logits [][]float32
+	res    *Result
+}
+
+func generate(t testing.TB, s *Session, prompt []int, g GenOptions) run {
+	t.Helper()
+	var out run
+	g.OnToken = func(id int, l []float32) {
+		out.tokens = append(out.tokens, id)
+		out.logits = append(out.logits, slices.Clone(l))
+	}
+	res, err := s.Generate(context.Background(), prompt, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.res = res
+	return out
+}
+
+var prompt = []int{12, 200, 31, 7, 99, 340, 5, 5, 61, 123, 250, 17, 88, 3, 290, 45, 11, 300, 72, 9, 150, 2}
+
+// reference runs the same chunking and greedy decoding over the in-memory
+// synthetic model (experts viewed straight from the generated tensors),
+// independently of the runner and its cache.
+func reference(t testing.TB, g *synthetic.Model, prompt []int, chunk, n int) run {
+	t.Helper()
+	m, err := g.Build(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := m.NewState()
+	var logits []float32
+	for i := 0; i < len(prompt); i += chunk {
+		end := min(i+chunk, len(prompt))
+		if logits, err = m.Forward(st, prompt[i:end], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out run
+	for range n {
+		best := 0
+		for j, v := range logits {
+			if v > logits[best] {
+				best = j
+			}
+		}
+		out.tokens = append(out.tokens, best)
+		out.logits = append(out.logits, slices.Clone(logits))
+		if logits, err = m.Forward(st, []int{best}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Whatever the cache size, and whether experts come from a .qpack or the
+// raw checkpoint, read buffered or direct, the tokens and logits are the
+// same, bit for bit, and equal to the in-memory model's.
+func TestOutputIndependentOfCacheAndSource(t *testing.T) {
+	for _, v := range []struct {
+		typ         string
+		bits, group int
+		tiny        string
+	}{
+		{runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64"},
+		{runtime.TypeQwen35MoE, 4, 32, "qwen3_5_moe-q4g32"},
+	} {
+		t.Run(v.tiny, func(t *testing.T) {
+			f := newFixture(t, v.typ, v.bits, v.group, v.tiny)
+			const chunk, n = 8, 12
+			want := reference(t, f.gen, prompt, chunk, n)
+			for _, c := range []struct {
+				name   string
+				dir    string
+				budget int64
+				io     expertcache.IOMode
+			}{
+				{"raw-tiny", f.raw, 1, expertcache.Buffered},
+				{"raw-unlimited", f.raw, 1 << 30, expertcache.Buffered},
+				{"qpack-tiny", f.pack, 1, expertcache.Buffered},
+				{"qpack-3slots", f.pack, 3 * 16384, expertcache.Direct},
+				{"qpack-unlimited", f.pack, 1 << 30, expertcache.Direct},
+			} {
+				r := open(t, c.dir, Options{ExpertCache: c.budget, IO: c.io, PrefillChunk: chunk})
+				got := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: n})
+				if !slices.Equal(got.tokens, want.tokens) {
+					t.Fatalf("%s: tokens %v, want %v", c.name, got.tokens, want.tokens)
+				}
+				for i := range want.logits {
+					if !sameBits(got.logits[i], want.logits[i]) {
+						t.Fatalf("%s: logits of step %d differ from the in-memory model's", c.name, i)
+					}
+				}
+				st := r.Cache.Stats()
+				if st.PeakAllocated > st.Budget {
+					t.Fatalf("%s: peak %d over budget %d", c.name, st.PeakAllocated, st.Budget)
+				}
+				pre, dec := got.res.PrefillCache, got.res.DecodeCache
+				switch c.budget {
+				case 1: // one slot: every request misses
+					if dec.Hits != 0 || dec.Evicted == 0 || dec.Misses != dec.Requests {
+						t.Errorf("%s: decode stats %+v, want every request to miss", c.name, dec)
+					}
+				case 1 << 30: // everything fits: nothing is ever evicted
+					if pre.Evicted+dec.Evicted != 0 || dec.Hits == 0 {
+						t.Errorf("%s: stats %+v %+v, want no eviction and decode hits", c.name, pre, dec)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Prefill in chunks gives the logits of token-by-token prefill (to float
+// round-off) while requesting each expert once per chunk and layer, so it
+// reads far less.
+func TestChunkedPrefillReadsLess(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen35MoE, 4, 32, "qwen3_5_moe-q4g32")
+	long := slices.Concat(prompt, prompt) // 44 tokens
+	c := f.gen.Config
+	results := map[int]*Result{}
+	var last [][]float32
+	for _, chunk := range []int{1, 16} {
+		r := open(t, f.pack, Options{ExpertCache: 1, PrefillChunk: chunk})
+		got := generate(t, r.NewSession(), long, GenOptions{MaxNew: 1})
+		results[chunk] = got.res
+		last = append(last, got.logits[0])
+	}
+	var d float64
+	for i := range last[0] {
+		d = max(d, math.Abs(float64(last[0][i]-last[1][i])))
+	}
+	if d > 1e-4 {
+		t.Errorf("chunked prefill logits differ from token-by-token by %g", d)
+	}
+	tok, ch := results[1].PrefillCache, results[16].PrefillCache
+	// Token by token: every token asks for its top-k experts in every layer.
+	if want := int64(len(long) * c.Layers * c.TopK); tok.Requests != want {
+		t.Errorf("token-by-token prefill made %d requests, want %d", tok.Requests, want)
+	}
+	// In chunks: at most each expert once per chunk and layer.
+	chunks := (len(long) + 15) / 16
+	if results[16].PrefillChunks != chunks || ch.Requests > int64(chunks*c.Layers*c.Experts) {
+		t.Errorf("chunked prefill: %d chunks, %d requests; want %d chunks, at most %d requests",
+			results[16].PrefillChunks, ch.Requests, chunks, chunks*c.Layers*c.Experts)
+	}
+	if ch.Loads*2 > tok.Loads || ch.BytesRead*2 > tok.BytesRead {
+		t.Errorf("chunked prefill read %d experts (%d B), token by token %d (%d B): want less than half",
+			ch.Loads, ch.BytesRead, tok.Loads, tok.BytesRead)
+	}
+	t.Logf("prefill of %d tokens with a one-slot cache: %d expert reads token by token, %d in chunks of 16",
+		len(long), tok.Loads, ch.Loads)
+}
+
+// A second chat turn prefills only its own tokens, and what it generates
+// equals a fresh run over the whole conversation's tokens.
+func TestChatReusesState(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	r := open(t, f.pack, Options{ExpertCache: 1 << 30, PrefillChunk: 16})
+	s := r.NewSession()
+	ctx := context.Background()
+	no := false
+	res1, err := s.Chat(ctx, "hello there", ChatOptions{GenOptions: GenOptions{MaxNew: 6}, System: "be brief", EnableThinking: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The template of the tiny model (tokenizer_config.json) renders this.
+	want1 := "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	if got := r.Tokenizer.Decode(s.Tokens()[:res1.PromptTokens], false); got != want1 {
+		t.Fatalf("turn 1 prompt %q, want %q", got, want1)
+	}
+	before := len(s.Tokens())
+	var turn2 run
+	gen := GenOptions{MaxNew: 8, OnToken: func(id int, l []float32) {
+		turn2.tokens = append(turn2.tokens, id)
+		turn2.logits = append(turn2.logits, slices.Clone(l))
+	}}
+	res2, err := s.Chat(ctx, "and again", ChatOptions{GenOptions: gen, EnableThinking: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := s.Tokens()
+	inState := all[:before+res2.PromptTokens]
+	delta := r.Tokenizer.Decode(inState[before:], false)
+	// The new turn: the last reply's own last token if it was cut by the
+	// token limit, then the end of that reply and the new user turn.
+	wantDelta := "<|im_end|>\n<|im_start|>user\nand again<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	if res1.StopReason == "length" {
+		last := res1.Tokens[len(res1.Tokens)-1]
+		if inState[before] != last {
+			t.Fatalf("turn 2 does not start with the pending token %d of turn 1", last)
+		}
+		delta = r.Tokenizer.Decode(inState[before+1:], false)
+	}
+	if delta != wantDelta {
+		t.Fatalf("turn 2 prefilled %q, want %q", delta, wantDelta)
+	}
+	if res2.PromptTokens >= len(inState)/2 {
+		t.Errorf("turn 2 prefilled %d of %d tokens", res2.PromptTokens, len(inState))
+	}
+
+	// A fresh session over the same tokens (prefilled in one go).
+	fresh := open(t, f.raw, Options{ExpertCache: 1 << 30, PrefillChunk: 64})
+	got := generate(t, fresh.NewSession(), inState, GenOptions{MaxNew: 8})
+	if !slices.Equal(got.tokens, turn2.tokens) {
+		t.Fatalf("fresh run: %v, reused state: %v", got.tokens, turn2.tokens)
+	}
+	for i := range got.logits {
+		var d float64
+		for j := range got.logits[i] {
+			d = max(d, math.Abs(float64(got.logits[i][j]-turn2.logits[i][j])))
+		}
+		if d > 1e-4 {
+			t.Fatalf("step %d: logits differ by %g", i, d)
+		}
+	}
+	if n := len(s.Messages()); n != 5 {
+		t.Errorf("%d messages, want system, 2 user and 2 assistant", n)
+	}
+}
+
+func TestStopAtEOSAndStopStrings(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen35MoE, 4, 32, "qwen3_5_moe-q4g32")
+	r := open(t, f.pack, Options{ExpertCache: 1 << 30})
+	r.EOS = nil
+	var streamed strings.Builder
+	base := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: 16, OnText: func(s string) error {
+		streamed.WriteString(s)
+		return nil
+	}})
+	if base.res.StopReason != "length" || len(base.res.Tokens) != 16 {
+		t.Fatalf("stop %q after %d tokens, want length after 16", base.res.StopReason, len(base.res.Tokens))
+	}
+	if streamed.String() != base.res.Text || base.res.Text != r.Tokenizer.Decode(base.res.Tokens, true) {
+		t.Fatalf("streamed %q, result %q, decoded %q", streamed.String(), base.res.Text, r.Tokenizer.Decode(base.res.Tokens, true))
+	}
+	if base.res.DecodeTokens != 15 || base.res.PromptTokens != len(prompt) {
+		t.Errorf("decode tokens %d prompt %d", base.res.DecodeTokens, base.res.PromptTokens)
+	}
+
+	// EOS: make the 5th greedy token an EOS id.
+	r.EOS = []int{base.tokens[4]}
+	first := slices.Index(base.tokens, base.tokens[4])
+	eos := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: 16})
+	if eos.res.StopReason != "eos" || !slices.Equal(eos.res.Tokens, base.tokens[:first]) {
+		t.Fatalf("EOS %d: stop %q tokens %v, want eos after %v", base.tokens[4], eos.res.StopReason, eos.res.Tokens, base.tokens[:first])
+	}
+	r.EOS = nil
+
+	// A stop string from the middle of the text: output ends right before it.
+	text := []rune(base.res.Text)
+	if len(text) < 8 {
+		t.Skipf("greedy text %q too short", base.res.Text)
+	}
+	stopStr := string(text[len(text)/2 : len(text)/2+3])
+	cut := strings.Index(base.res.Text, stopStr)
+	st := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: 16, Stop: []string{stopStr}})
+	if st.res.StopReason != "stop" || st.res.Text != base.res.Text[:cut] {
+		t.Fatalf("stop %q: %q (%s), want %q", stopStr, st.res.Text, st.res.StopReason, base.res.Text[:cut])
+	}
+}
+
+func TestGenerateFunction(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	var out strings.Builder
+	res, err := Generate(context.Background(), f.raw, GenerateOptions{
+		Options:    Options{ExpertCache: 64 << 10},
+		GenOptions: GenOptions{MaxNew: 5, OnText: func(s string) error { out.WriteString(s); return nil }},
+		Prompt:     "hi", Chat: true, NoThink: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tokens) == 0 || out.String() != res.Text || res.PeakRSS <= 0 || res.PrefillTokPerSec() <= 0 {
+		t.Fatalf("result %+v, streamed %q", res, out.String())
+	}
+	if _, err := Generate(context.Background(), filepath.Join(t.TempDir(), "none"), GenerateOptions{Prompt: "x"}); err == nil {
+		t.Fatal("a missing model gave no error")
+	}
+
+}
