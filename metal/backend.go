@@ -41,6 +41,7 @@ type Backend struct {
 	regions []*region // from Alloc, sorted by address
 	stage   *region
 	stats   Stats
+	counts  map[string]int64 // launches per kernel
 	err     error
 	closed  bool
 }
@@ -85,6 +86,17 @@ func (b *Backend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stats
+}
+
+// kernelLaunches returns how often each kernel ran.
+func (b *Backend) kernelLaunches() map[string]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := make(map[string]int64, len(b.counts))
+	for k, v := range b.counts {
+		m[k] = v
+	}
+	return m
 }
 
 // Err returns the first device error a runtime.Backend call met (that call
@@ -420,6 +432,10 @@ func (b *Backend) exec(kernel string, grid, group [3]int, p *paramBlock, args ..
 		return fmt.Errorf("metal: kernel %s: %w", kernel, err)
 	}
 	b.stats.Launches++
+	if b.counts == nil {
+		b.counts = map[string]int64{}
+	}
+	b.counts[kernel]++
 	b.finish(args)
 	return nil
 }

@@ -178,7 +178,383 @@ func testGEMV(t *testing.T, b *Backend) {
 	}
 }
 
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func refRMS(x, w []float64, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = v * inv * w[i]
+	}
+	return y
+}
+
+func refSigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+func refSilu(x float64) float64    { return x * refSigmoid(x) }
+
+func testNorms(t *testing.T, b *Backend) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const eps = 1e-6
+	t.Run("rms_norm", func(t *testing.T) {
+		rows, dim := 5, 300 // more values than threads per row
+		x, w := randF32(r, rows*dim, 2), randF32(r, dim, 1.5)
+		var want []float64
+		for i := range rows {
+			want = append(want, refRMS(f64(x[i*dim:(i+1)*dim]), f64(w), eps)...)
+		}
+		got := make([]float32, rows*dim)
+		b.RMSNorm(got, x, w, eps)
+		closeTo(t, "y", got, want, nil, 2e-6, 1e-7)
+		cpu := make([]float32, rows*dim)
+		runtime.CPU{}.RMSNorm(cpu, x, w, eps)
+		closeTo(t, "y vs CPU backend", got, f64(cpu), nil, 2e-6, 1e-7)
+		b.RMSNorm(x, x, w, eps) // in place
+		closeTo(t, "in place", x, want, nil, 2e-6, 1e-7)
+	})
+	t.Run("rms_norm_strided", func(t *testing.T) {
+		// Per-head q norm inside q_proj output: heads of 16 at stride 32,
+		// the gate halves in between must stay untouched.
+		rows, dim, stride := 6, 16, 32
+		x, w := randF32(r, rows*stride, 3), randF32(r, dim, 1)
+		orig := append([]float32(nil), x...)
+		must(t, b.RMSNormRows(x, x, w, rows, dim, stride, stride, eps))
+		for i := range rows {
+			want := refRMS(f64(orig[i*stride:i*stride+dim]), f64(w), eps)
+			closeTo(t, fmt.Sprintf("row %d", i), x[i*stride:], want, nil, 2e-6, 1e-7)
+			for j := dim; j < stride; j++ {
+				if x[i*stride+j] != orig[i*stride+j] {
+					t.Fatalf("gate value %d of row %d changed", j, i)
+				}
+			}
+		}
+	})
+	t.Run("gated_rms_norm", func(t *testing.T) {
+		rows, dim := 4, 16
+		x, z, w := randF32(r, rows*dim, 2), randF32(r, rows*dim, 4), randF32(r, dim, 1)
+		var want []float64
+		for i := range rows {
+			n := refRMS(f64(x[i*dim:(i+1)*dim]), f64(w), eps)
+			for j := range n {
+				want = append(want, n[j]*refSilu(float64(z[i*dim+j])))
+			}
+		}
+		got := make([]float32, rows*dim)
+		must(t, b.GatedRMSNorm(got, x, z, w, eps))
+		closeTo(t, "y", got, want, nil, 4e-6, 1e-7)
+	})
+	t.Run("l2_norm", func(t *testing.T) {
+		rows, dim := 3, 128
+		x := randF32(r, rows*dim, 1)
+		scale := float32(1 / math.Sqrt(float64(dim)))
+		var want []float64
+		for i := range rows {
+			var ss float64
+			for _, v := range x[i*dim : (i+1)*dim] {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss+eps) * float64(scale)
+			for _, v := range x[i*dim : (i+1)*dim] {
+				want = append(want, float64(v)*inv)
+			}
+		}
+		must(t, b.L2NormRows(x, x, dim, eps, scale))
+		closeTo(t, "y", x, want, nil, 2e-6, 1e-8)
+	})
+}
+
+func testRoPE(t *testing.T, b *Backend) {
+	r := rand.New(rand.NewPCG(5, 6))
+	t.Run("table", func(t *testing.T) {
+		cos, sin := RopeTable(3, 4, 8, 1e7)
+		for tok := range 4 {
+			for i := range 4 {
+				ang := float64(3+tok) * math.Pow(1e7, -float64(2*i)/8)
+				if math.Abs(float64(cos[tok*4+i])-math.Cos(ang)) > 1e-6 || math.Abs(float64(sin[tok*4+i])-math.Sin(ang)) > 1e-6 {
+					t.Fatalf("token %d pair %d: cos/sin %v/%v, want %v/%v", tok, i, cos[tok*4+i], sin[tok*4+i], math.Cos(ang), math.Sin(ang))
+				}
+			}
+		}
+	})
+	t.Run("rope_neox", func(t *testing.T) {
+		tokens, heads, hd, rotary := 3, 4, 16, 8
+		headStride, rowStride := 2*hd, 4*2*hd // q heads interleaved with their gates
+		half := rotary / 2
+		x := randF32(r, tokens*rowStride, 2)
+		orig := append([]float32(nil), x...)
+		cos, sin := RopeTable(1000, tokens, rotary, 1e7)
+		must(t, b.RoPE(x, tokens, heads, rowStride, headStride, cos, sin))
+		for tok := range tokens {
+			for h := range heads {
+				o := tok*rowStride + h*headStride
+				want := f64(orig[o : o+hd])
+				for i := range half {
+					c, s := float64(cos[tok*half+i]), float64(sin[tok*half+i])
+					a, bb := float64(orig[o+i]), float64(orig[o+i+half])
+					want[i], want[i+half] = a*c-bb*s, bb*c+a*s
+				}
+				closeTo(t, fmt.Sprintf("token %d head %d", tok, h), x[o:], want, nil, 1e-6, 1e-6)
+				for j := hd; j < headStride; j++ {
+					if x[o+j] != orig[o+j] {
+						t.Fatalf("token %d head %d: value %d past the head changed", tok, h, j)
+					}
+				}
+			}
+		}
+	})
+}
+
+// refAttention is causal softmax attention in float64, with the magnitude
+// sum p|v| of each output.
+func refAttention(q, k, v []float32, d AttentionDims) (o, mag []float64) {
+	o = make([]float64, d.Tokens*d.Heads*d.HeadDim)
+	mag = make([]float64, len(o))
+	kvs := d.KVHeads * d.HeadDim
+	for t := range d.Tokens {
+		n := d.Keys - (d.Tokens - 1 - t)
+		for h := range d.Heads {
+			g := h / (d.Heads / d.KVHeads)
+			qh := q[t*d.Heads*d.QHeadStride+h*d.QHeadStride:]
+			s := make([]float64, n)
+			mx := math.Inf(-1)
+			for j := range n {
+				for i := range d.HeadDim {
+					s[j] += float64(qh[i]) * float64(k[j*kvs+g*d.HeadDim+i])
+				}
+				s[j] *= float64(d.Scale)
+				mx = math.Max(mx, s[j])
+			}
+			var sum float64
+			for j := range s {
+				s[j] = math.Exp(s[j] - mx)
+				sum += s[j]
+			}
+			for i := range d.HeadDim {
+				idx := (t*d.Heads+h)*d.HeadDim + i
+				for j := range n {
+					vv := float64(v[j*kvs+g*d.HeadDim+i])
+					o[idx] += s[j] / sum * vv
+					mag[idx] += s[j] / sum * math.Abs(vv)
+				}
+			}
+		}
+	}
+	return o, mag
+}
+
+func testAttention(t *testing.T, b *Backend) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, d := range []AttentionDims{
+		{Tokens: 3, Heads: 4, KVHeads: 2, HeadDim: 16, Keys: 7, QHeadStride: 32, Scale: 0.25},
+		{Tokens: 1, Heads: 2, KVHeads: 1, HeadDim: 32, Keys: 300, QHeadStride: 32, Scale: 1 / float32(math.Sqrt(32))},
+		{Tokens: 2, Heads: 3, KVHeads: 3, HeadDim: 8, Keys: 2, QHeadStride: 8, Scale: 0.5},
+	} {
+		t.Run(fmt.Sprintf("attn_decode_T%d_H%d_KV%d_keys%d", d.Tokens, d.Heads, d.KVHeads, d.Keys), func(t *testing.T) {
+			q := randF32(r, d.Tokens*d.Heads*d.QHeadStride, 2)
+			k := randF32(r, d.Keys*d.KVHeads*d.HeadDim, 2)
+			v := randF32(r, d.Keys*d.KVHeads*d.HeadDim, 1)
+			want, mag := refAttention(q, k, v, d)
+			got := make([]float32, len(want))
+			must(t, b.Attention(got, q, k, v, d))
+			closeTo(t, "o", got, want, mag, 1e-5, 1e-7)
+		})
+	}
+	t.Run("sigmoid_mul", func(t *testing.T) {
+		// The output gate: o (stride 16) *= sigmoid(gate inside q, stride 32).
+		rows, dim := 5, 16
+		o, g := randF32(r, rows*dim, 1), randF32(r, rows*2*dim, 4)
+		var want []float64
+		for i := range rows {
+			for j := range dim {
+				want = append(want, float64(o[i*dim+j])*refSigmoid(float64(g[i*2*dim+dim+j])))
+			}
+		}
+		must(t, b.SigmoidMul(o, o, g[dim:], rows, dim, dim, 2*dim, dim))
+		closeTo(t, "y", o, want, nil, 1e-6, 1e-8)
+	})
+}
+
+func testDeltaNet(t *testing.T, b *Backend) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, K := range []int{4, 2} {
+		t.Run(fmt.Sprintf("conv1d_step_K%d", K), func(t *testing.T) {
+			C, T := 70, 3 // C not a multiple of the threadgroup size
+			u, w := randF32(r, T*C, 2), randF32(r, C*K, 1)
+			win := randF32(r, (K-1)*C, 2)
+			// Reference: the full input history, oldest first.
+			hist := append(f64(win), f64(u)...)
+			want := make([]float64, T*C)
+			for tok := range T {
+				for ch := range C {
+					var acc float64
+					for j := range K {
+						acc += float64(w[ch*K+j]) * hist[(tok+j)*C+ch]
+					}
+					want[tok*C+ch] = refSilu(acc)
+				}
+			}
+			out := make([]float32, T*C)
+			must(t, b.ConvStep(out, win, u, w, C, K))
+			closeTo(t, "out", out, want, nil, 2e-6, 1e-7)
+			for i, v := range win { // the window now holds the last K-1 inputs, exactly
+				if float64(v) != hist[T*C+i] {
+					t.Fatalf("window[%d] = %v, want %v", i, v, hist[T*C+i])
+				}
+			}
+		})
+	}
+	t.Run("gdn_gates", func(t *testing.T) {
+		n, T := 5, 3
+		bb, a := randF32(r, T*n, 8), randF32(r, T*n, 30) // a + dt crosses softplus's threshold of 20
+		negA, dt := randF32(r, n, 1), randF32(r, n, 1)
+		for i := range negA {
+			negA[i] = -float32(math.Exp(float64(negA[i])))
+		}
+		beta, g := make([]float32, T*n), make([]float32, T*n)
+		must(t, b.GDNGates(beta, g, bb, a, negA, dt))
+		wantB, wantG := make([]float64, T*n), make([]float64, T*n)
+		for i := range wantB {
+			wantB[i] = refSigmoid(float64(bb[i]))
+			x := float64(a[i]) + float64(dt[i%n])
+			sp := x
+			if x <= 20 {
+				sp = math.Log1p(math.Exp(x))
+			}
+			wantG[i] = float64(negA[i%n]) * sp
+		}
+		closeTo(t, "beta", beta, wantB, nil, 1e-6, 1e-7)
+		closeTo(t, "g", g, wantG, nil, 2e-6, 1e-6)
+	})
+	t.Run("gated_delta_step", func(t *testing.T) {
+		d := DeltaDims{Tokens: 3, ValueHeads: 4, KeyHeads: 2, KeyDim: 16, ValueDim: 70}
+		S := randF32(r, d.ValueHeads*d.KeyDim*d.ValueDim, 0.5)
+		q := randF32(r, d.Tokens*d.KeyHeads*d.KeyDim, 0.3)
+		k := randF32(r, d.Tokens*d.KeyHeads*d.KeyDim, 0.3)
+		v := randF32(r, d.Tokens*d.ValueHeads*d.ValueDim, 1)
+		beta := randF32(r, d.Tokens*d.ValueHeads, 0.5)
+		g := randF32(r, d.Tokens*d.ValueHeads, 1)
+		for i := range beta {
+			beta[i] += 0.5
+			g[i] -= 1.2
+		}
+		// Reference: the recurrence in float64, written out per head.
+		rs := f64(S)
+		wantO := make([]float64, d.Tokens*d.ValueHeads*d.ValueDim)
+		dk, dv := d.KeyDim, d.ValueDim
+		for tok := range d.Tokens {
+			for h := range d.ValueHeads {
+				kh := h / (d.ValueHeads / d.KeyHeads)
+				kv := f64(k[(tok*d.KeyHeads+kh)*dk:][:dk])
+				qv := f64(q[(tok*d.KeyHeads+kh)*dk:][:dk])
+				vv := f64(v[(tok*d.ValueHeads+h)*dv:][:dv])
+				bt, decay := float64(beta[tok*d.ValueHeads+h]), math.Exp(float64(g[tok*d.ValueHeads+h]))
+				Sh := rs[h*dk*dv : (h+1)*dk*dv]
+				for i := range Sh {
+					Sh[i] *= decay
+				}
+				for j := range dv {
+					var m float64
+					for i := range dk {
+						m += Sh[i*dv+j] * kv[i]
+					}
+					delta := bt * (vv[j] - m)
+					for i := range dk {
+						Sh[i*dv+j] += kv[i] * delta
+					}
+					var o float64
+					for i := range dk {
+						o += Sh[i*dv+j] * qv[i]
+					}
+					wantO[(tok*d.ValueHeads+h)*dv+j] = o
+				}
+			}
+		}
+		o := make([]float32, len(wantO))
+		must(t, b.GatedDeltaStep(S, o, q, k, v, beta, g, d))
+		closeTo(t, "o", o, wantO, nil, 1e-5, 1e-6)
+		closeTo(t, "S", S, rs, nil, 1e-5, 1e-6)
+	})
+}
+
+func testElementwise(t *testing.T, b *Backend) {
+	r := rand.New(rand.NewPCG(11, 12))
+	n := 1000
+	t.Run("swiglu", func(t *testing.T) {
+		g, u := randF32(r, n, 6), randF32(r, n, 2)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = refSilu(float64(g[i])) * float64(u[i])
+		}
+		got := make([]float32, n)
+		b.SwiGLU(got, g, u)
+		closeTo(t, "y", got, want, nil, 1e-6, 1e-8)
+		cpu := make([]float32, n)
+		runtime.CPU{}.SwiGLU(cpu, g, u)
+		closeTo(t, "y vs CPU backend", got, f64(cpu), nil, 1e-6, 1e-8)
+	})
+	t.Run("residual_add", func(t *testing.T) {
+		x, y := randF32(r, n, 3), randF32(r, n, 3)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(x[i] + y[i]) // one float32 rounding, as on the GPU
+		}
+		must(t, b.Add(x, x, y))
+		closeTo(t, "x", x, want, nil, 0, 0)
+	})
+	t.Run("scale_add", func(t *testing.T) {
+		x, y := randF32(r, n, 3), randF32(r, n, 3)
+		want := make([]float64, n)
+		for i := range want {
+			want[i] = float64(y[i]) + 0.37*float64(x[i])
+		}
+		must(t, b.ScaleAdd(y, x, 0.37))
+		closeTo(t, "y", y, want, nil, 1e-6, 1e-7)
+		// The shared-expert gate: one logit per row.
+		rows := 4
+		s := randF32(r, rows, 3)
+		y2, x2 := randF32(r, n, 1), randF32(r, n, 1)
+		want2 := make([]float64, n)
+		for i := range want2 {
+			want2[i] = float64(y2[i]) + refSigmoid(float64(s[i/(n/rows)]))*float64(x2[i])
+		}
+		must(t, b.SigmoidScaleAdd(y2, x2, s))
+		closeTo(t, "sigmoid gate", y2, want2, nil, 1e-6, 1e-7)
+	})
+}
+
 func TestKernels(t *testing.T) {
 	b := kernelTestBackend(t)
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, b) })
+	t.Run("norms", func(t *testing.T) { testNorms(t, b) })
+	t.Run("rope", func(t *testing.T) { testRoPE(t, b) })
+	t.Run("attention", func(t *testing.T) { testAttention(t, b) })
+	t.Run("deltanet", func(t *testing.T) { testDeltaNet(t, b) })
+	t.Run("elementwise", func(t *testing.T) { testElementwise(t, b) })
+	if t.Failed() {
+		return
+	}
+	// Every kernel in the source ran at least once.
+	lib, err := kernelLibrary()
+	must(t, err)
+	ran := b.kernelLaunches()
+	for _, name := range lib.names {
+		if ran[name] == 0 && !untestedKernels[name] {
+			t.Errorf("kernel %s was never run by the tests", name)
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Fatalf("device error: %v", err)
+	}
 }
+
+// untestedKernels are kernels the tests cannot run (named in README.md).
+var untestedKernels = map[string]bool{}
