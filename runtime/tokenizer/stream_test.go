@@ -200,3 +200,35 @@ func TestQwenMergeMatchesRankRule(t *testing.T) {
 	}
 	t.Logf("%d random pieces agree", pieces)
 }
+
+// Encode from several goroutines gives the same ids as one at a time (the
+// BPE cache and the regex are shared).
+func TestConcurrentEncode(t *testing.T) {
+	tok := smallQwenTokenizer(t)
+	texts := []string{"hello world", "中文 text 12345", "  spaces  \n\n", "<|im_start|>user\nhi<|im_end|>", "ünïcödé 😀"}
+	want := make([][]int, len(texts))
+	for i, s := range texts {
+		want[i] = tok.Encode(s)
+	}
+	errs := make(chan string, 8)
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for r := range 200 {
+				i := (g + r) % len(texts)
+				if got := tok.Encode(texts[i]); !slices.Equal(got, want[i]) {
+					errs <- texts[i]
+					return
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	close(errs)
+	for s := range errs {
+		t.Errorf("concurrent Encode(%q) differs", s)
+	}
+}
