@@ -201,9 +201,16 @@ type treeCacheFile struct {
 	Files         map[string]treeCacheEntry `json:"files"`
 }
 
-// writeTreeCache stores the full listing of a commit (immutable) once.
+// writeTreeCache stores the full listing of a commit (immutable) once, as
+// trees/<commit>.json in the repository's cache directory.
 func (c cacheRepo) writeTreeCache(commit string, files []FileInfo) error {
-	p := c.treePath(commit)
+	return writeTreeCacheFile(c.treePath(commit), files)
+}
+
+// writeTreeCacheFile writes the official client's tree cache file (used by
+// its offline completeness checks); local dirs keep theirs under
+// .cache/huggingface/trees/.
+func writeTreeCacheFile(p string, files []FileInfo) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}

@@ -176,6 +176,9 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 		if err := prepareLocalDir(req.LocalDir); err != nil {
 			return nil, fmt.Errorf("local dir %s: %w", req.LocalDir, err)
 		}
+		if err := writeTreeCacheFile(filepath.Join(req.LocalDir, ".cache", "huggingface", "trees", commit+".json"), all); err != nil {
+			c.log.Debug("hub tree cache not written", "err", err.Error())
+		}
 	} else {
 		if err := os.MkdirAll(res.SnapshotDir, 0o755); err != nil {
 			return nil, fmt.Errorf("cache %s: %w", req.CacheDir, err)

@@ -42,6 +42,9 @@ func TestLocalDirMode(t *testing.T) {
 			t.Fatalf("%s: timestamp %q vs mtime %v", f.Path, lines[2], st.ModTime())
 		}
 	}
+	if tr, err := (cacheRepo{dir: filepath.Join(dir, ".cache/huggingface")}).readTreeCache(commit); err != nil || len(tr) != len(files) {
+		t.Fatalf("local dir tree cache: %v, %d entries", err, len(tr))
+	}
 	if string(readFile(t, filepath.Join(dir, ".cache/huggingface/.gitignore"))) != "*" {
 		t.Fatal(".gitignore")
 	}
