@@ -54,6 +54,11 @@ var stypes = []stype{
 
 var groups = []int{32, 64, 128}
 
+// prefetch is how far ahead (bytes) the quantized kernels ask for weight
+// data, once per group: it keeps more of the weight stream in flight than
+// the hardware prefetcher alone while the core is busy converting.
+var prefetch = 512
+
 type writer struct{ b bytes.Buffer }
 
 func (w *writer) f(format string, a ...any) { fmt.Fprintf(&w.b, format, a...) }
@@ -97,6 +102,9 @@ func single(w *writer, bits, group int, st stype) string {
 		w.ins("MOVL $15, AX", "VMOVD AX, X15", "VPBROADCASTD X15, Y15")
 	}
 	w.ins("grp:")
+	if prefetch > 0 {
+		w.ins(fmt.Sprintf("PREFETCHT0 %d(SI)", prefetch))
+	}
 	if bits == 4 {
 		chunks := group / 16
 		for k := 0; k < chunks; k++ {
@@ -197,6 +205,9 @@ func multi(w *writer, bits, group int, st stype) string {
 		w.ins("MOVL $15, AX", "VMOVD AX, X15", "VPBROADCASTD X15, Y15")
 	}
 	w.ins("grp:")
+	if prefetch > 0 {
+		w.ins(fmt.Sprintf("PREFETCHT0 %d(SI)", prefetch))
+	}
 	var wstep int
 	if bits == 4 {
 		chunks := group / 16
