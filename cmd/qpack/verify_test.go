@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/repack"
+	"github.com/qpack-go/qpack/verify"
+)
+
+func vfExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return -1
+}
+
+func TestVerifyInstallCLI(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-q4g64")
+	dir := filepath.Join(t.TempDir(), "tiny.qpack")
+	if _, err := repack.Run(context.Background(), repack.Options{FromDir: src, Output: dir, Reserve: -1, ToolVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runCLI(t, "verify-install", dir, "--json")
+	if vfExitCode(err) != 0 {
+		t.Fatalf("intact: %v\n%s", err, out)
+	}
+	var rep struct {
+		Status  string `json:"status"`
+		Receipt string `json:"receipt"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Status != "ok" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var rc verify.Receipt
+	if err := json.Unmarshal(vfReadFile(t, filepath.Join(dir, verify.ReceiptName)), &rc); err != nil || rep.Receipt != filepath.Join(dir, verify.ReceiptName) || len(rc.Files) == 0 {
+		t.Fatalf("receipt: %v %+v", err, rc)
+	}
+
+	out, err = runCLI(t, "verify-install", "--deep", "--source", src, dir)
+	if vfExitCode(err) != 0 || !strings.Contains(out, "shard model-00002-of-00002.safetensors: ok") {
+		t.Fatalf("deep: %v\n%s", err, out)
+	}
+
+	// One flipped byte in expert 2 of layer 6: exit 1, named.
+	p := filepath.Join(dir, filepath.FromSlash(qpack.LayerFile(6)))
+	data := vfReadFile(t, p)
+	data[2*16384+100] ^= 1
+	os.WriteFile(p, data, 0o644)
+	os.Remove(filepath.Join(dir, verify.ReceiptName))
+	out, err = runCLI(t, "verify-install", dir)
+	if vfExitCode(err) != 1 || !strings.Contains(out, "packed_experts/layer_06.bin layer 6 expert 2") {
+		t.Fatalf("damaged: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, verify.ReceiptName)); err == nil {
+		t.Fatal("receipt written for a damaged container")
+	}
+	out, err = runCLI(t, "verify-install", dir, "--deep", "--source", src)
+	if vfExitCode(err) != 1 || !strings.Contains(out, "layer 6 expert 2 section gate_proj.weight") {
+		t.Fatalf("damaged, deep: %v\n%s", err, out)
+	}
+
+	// Not a container: exit 2.
+	out, err = runCLI(t, "verify-install", t.TempDir())
+	if vfExitCode(err) != 2 {
+		t.Fatalf("not a container: %v\n%s", err, out)
+	}
+	// --deep without a recorded Hub source and without --source: exit 2.
+	if _, err := runCLI(t, "verify-install", "--deep", dir); vfExitCode(err) != 2 {
+		t.Fatalf("no source: %v", err)
+	}
+}
+
+func vfReadFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
