@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/synthetic"
 )
 
@@ -76,38 +77,81 @@ func maxAbsDiff(a, b []float32) float64 {
 	return d
 }
 
+func argmaxOf(x []float32) int {
+	b := 0
+	for i, v := range x {
+		if v > x[b] {
+			b = i
+		}
+	}
+	return b
+}
+
+// perVector is a Backend whose products handle one vector at a time, so
+// that a chunk of n tokens computes bit for bit what n single-token steps
+// compute (mlxq's multi-vector kernels may sum in another order).
+type perVector struct{ runtime.CPU }
+
+func (perVector) MatMul(w mlxq.Matrix, y, x []float32, n int) {
+	for i := range n {
+		w.MatVec(y[i*w.Rows:(i+1)*w.Rows], x[i*w.Cols:(i+1)*w.Cols])
+	}
+}
+
 // Prefill N then decode the rest (one token at a time, or in chunks) gives
-// the same logits as one forward pass over everything.
+// the same logits as one forward pass over everything: bit for bit with
+// products that do not depend on the batch size, and within round-off (and
+// with the same greedy tokens) on the CPU backend.
 func TestPrefillDecodeEqualsFull(t *testing.T) {
 	for _, d := range variants() {
 		t.Run(name(d), func(t *testing.T) {
-			m := mustModel(t, d, 1)
-			V := m.Config.Vocab
-			full := fullLogits(t, m, testTokens)
-			for _, split := range [][]int{{5, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 4, 5}, {7, 5}} {
-				st := m.NewState()
-				pos := 0
-				for _, n := range split {
-					got, err := m.Forward(st, testTokens[pos:pos+n], &runtime.ForwardOptions{AllLogits: true})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if diff := maxAbsDiff(got, full[pos*V:(pos+n)*V]); diff > 1e-5 {
-						t.Fatalf("split %v: chunk at %d differs from the full pass by %g", split, pos, diff)
-					}
-					pos += n
-				}
-				if st.Pos() != len(testTokens) {
-					t.Fatalf("pos %d", st.Pos())
-				}
-				// The last-token-only logits equal the last row.
-				st.Reset()
-				last, err := m.Forward(st, testTokens, nil)
+			g := gen(t, d, 1)
+			for _, be := range []runtime.Backend{perVector{}, runtime.CPU{}} {
+				m, err := g.Build(be)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := maxAbsDiff(last, full[(len(testTokens)-1)*V:]); diff != 0 {
-					t.Fatalf("last-row logits differ by %g", diff)
+				_, exact := be.(perVector)
+				tol := 0.0
+				if !exact {
+					// These random models amplify float32 round-off (small
+					// DeltaNet outputs meet the gated RMSNorm) to ~1e-3 when
+					// sums are reordered; a state bug gives errors of order 0.1.
+					tol = 1e-2
+				}
+				V := m.Config.Vocab
+				full := fullLogits(t, m, testTokens)
+				for _, split := range [][]int{{5, 1, 1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 4, 5}, {7, 5}} {
+					st := m.NewState()
+					pos := 0
+					for _, n := range split {
+						got, err := m.Forward(st, testTokens[pos:pos+n], &runtime.ForwardOptions{AllLogits: true})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if diff := maxAbsDiff(got, full[pos*V:(pos+n)*V]); diff > tol {
+							t.Fatalf("exact=%v split %v: chunk at %d differs from the full pass by %g", exact, split, pos, diff)
+						}
+						for i := range n {
+							g, f := got[i*V:(i+1)*V], full[(pos+i)*V:(pos+i+1)*V]
+							if a, b := argmaxOf(g), argmaxOf(f); a != b && float64(f[b]-f[a]) > 2*tol {
+								t.Fatalf("split %v: greedy token at %d is %d, full pass %d", split, pos+i, a, b)
+							}
+						}
+						pos += n
+					}
+					if st.Pos() != len(testTokens) {
+						t.Fatalf("pos %d", st.Pos())
+					}
+					// The last-token-only logits equal the last row.
+					st.Reset()
+					last, err := m.Forward(st, testTokens, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if diff := maxAbsDiff(last, full[(len(testTokens)-1)*V:]); diff > tol {
+						t.Fatalf("last-row logits differ by %g", diff)
+					}
 				}
 			}
 		})
