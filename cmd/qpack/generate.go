@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/expertcache"
+	"github.com/qpack-go/qpack/runtime/runner"
+	"github.com/qpack-go/qpack/runtime/sample"
+	"github.com/qpack-go/qpack/verify"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "generate",
+		Usage:     "generate text, streaming the routed experts from disk through a bounded cache",
+		ArgsUsage: "MODEL --prompt TEXT",
+		Description: "MODEL is a .qpack container or an MLX checkpoint directory. The text is streamed to stdout as it\n" +
+			"is produced; a summary (prefill and decode tok/s, peak RSS, expert cache hit rate, bytes read per\n" +
+			"token) follows on stderr, or everything comes as one JSON object with --json.",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "prompt", Usage: "the prompt (required)"},
+			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt in the model's chat template as a user turn"},
+		}, runFlags()...),
+		Action: generateAction,
+	})
+	quickstartSteps = append(quickstartSteps, quickstartGenerate)
+}
+
+// runFlags are the flags generate and chat share.
+func runFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "max-new", Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn)"},
+		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
+		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens (0: off)"},
+		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold (0 or 1: off)"},
+		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability (0: off)"},
+		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen (0 or 1: off)"},
+		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtracted once from the logit of each token already seen"},
+		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling"},
+		&cli.StringSliceFlag{Name: "stop", Usage: "stop when the text contains this string (repeatable)"},
+		&cli.StringFlag{Name: "system", Usage: "system prompt (chat)"},
+		&cli.BoolFlag{Name: "no-think", Usage: "ask a Qwen3 chat template for no reasoning block (enable_thinking=false)"},
+		&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
+		&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered (page cache) or direct (O_DIRECT / F_NOCACHE where the file system allows)"},
+		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass"},
+		&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
+		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
+	}
+}
+
+// runSettings are the parsed shared flags.
+type runSettings struct {
+	model    string
+	opts     runner.Options
+	gen      runner.GenOptions
+	system   string
+	noThink  bool
+	json     bool
+	budget   string
+	closeChk func()
+}
+
+func float64Flag(l *lateFlags, name string) float64 {
+	if g, ok := l.late(name); ok {
+		if v, ok := g.Get().(float64); ok {
+			return v
+		}
+	}
+	return l.c.Float64(name)
+}
+
+func uint64Flag(l *lateFlags, name string) uint64 {
+	if g, ok := l.late(name); ok {
+		if v, ok := g.Get().(uint64); ok {
+			return v
+		}
+	}
+	return l.c.Uint64(name)
+}
+
+func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
+	s := &runSettings{system: l.String("system"), noThink: l.Bool("no-think"), json: l.Bool("json"), budget: l.String("expert-cache")}
+	if len(l.Args()) == 0 {
+		return nil, withCode(2, fmt.Errorf("%s: want a MODEL argument", cmd))
+	}
+	s.model = l.Args()[0]
+	if s.budget != "auto" {
+		b, err := expertcache.ParseSize(s.budget)
+		if err != nil {
+			return nil, withCode(2, fmt.Errorf("--expert-cache: %w", err))
+		}
+		s.opts.ExpertCache = b
+	}
+	mode, err := expertcache.ParseIOMode(l.String("io"))
+	if err != nil {
+		return nil, withCode(2, fmt.Errorf("--io: %w", err))
+	}
+	s.opts.IO = mode
+	if n := l.Int("prefill-chunk"); n < 1 || n > 4096 {
+		return nil, withCode(2, fmt.Errorf("--prefill-chunk %d: want 1 to 4096", n))
+	} else {
+		s.opts.PrefillChunk = n
+	}
+	if n := l.Int("max-new"); n < 1 {
+		return nil, withCode(2, fmt.Errorf("--max-new %d: want at least 1", n))
+	} else {
+		s.gen.MaxNew = n
+	}
+	s.gen.Sample = sample.Params{
+		Temperature: float64Flag(l, "temperature"), TopK: l.Int("top-k"), TopP: float64Flag(l, "top-p"),
+		MinP: float64Flag(l, "min-p"), RepetitionPenalty: float64Flag(l, "repetition-penalty"),
+		PresencePenalty: float64Flag(l, "presence-penalty"), Seed: uint64Flag(l, "seed"),
+	}
+	if err := s.gen.Sample.Validate(); err != nil {
+		return nil, withCode(2, err)
+	}
+	s.gen.Stop = l.StringSlice("stop")
+	if l.Bool("verify-experts") {
+		check, closeFn, err := expertVerifier(s.model)
+		if err != nil {
+			return nil, withCode(2, err)
+		}
+		s.opts.VerifyExpert, s.closeChk = check, closeFn
+	}
+	return s, nil
+}
+
+// expertVerifier checks expert blobs against the container's manifest.
+func expertVerifier(model string) (func(l, e int, blob []byte) error, func(), error) {
+	if !runtime.IsContainer(model) {
+		return nil, nil, fmt.Errorf("--verify-experts: %s is not a .qpack container (a checkpoint directory has no expert digests)", model)
+	}
+	c, err := qpack.Open(model)
+	if err != nil {
+		return nil, nil, err
+	}
+	chk, err := verify.NewContainerChecker(c)
+	if err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("--verify-experts: %s: %w", model, err)
+	}
+	return chk.CheckOnce, func() { c.Close() }, nil
+}
+
+func (s *runSettings) close() {
+	if s.closeChk != nil {
+		s.closeChk()
+	}
+}
+
+func (s *runSettings) thinking() *bool {
+	if !s.noThink {
+		return nil
+	}
+	f := false
+	return &f
+}
+
+// openRunner loads the model and bounds the Go heap to the dense weights
+// plus a margin (the expert cache lives outside it).
+func openRunner(s *runSettings) (*runner.Runner, error) {
+	r, err := runner.Open(s.model, s.opts)
+	if err != nil {
+		return nil, err
+	}
+	r.LimitHeap(256 << 20)
+	return r, nil
+}
+
+func generateAction(c *cli.Context) error {
+	l, err := parseLateFlags(c)
+	if err != nil {
+		return err
+	}
+	s, err := parseRunSettings(l, "generate")
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if len(l.Args()) > 1 {
+		return withCode(2, fmt.Errorf("generate: want one MODEL argument, also got %q (quote the prompt and pass it with --prompt)", l.Args()[1:]))
+	}
+	prompt := l.String("prompt")
+	if prompt == "" {
+		return withCode(2, errors.New("generate: --prompt is required"))
+	}
+	r, err := openRunner(s)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out, errw := c.App.Writer, c.App.ErrWriter
+	if !s.json {
+		s.gen.OnText = func(t string) error {
+			_, err := io.WriteString(out, t)
+			return err
+		}
+	}
+	sess := r.NewSession()
+	var res *runner.Result
+	if l.Bool("chat") {
+		res, err = sess.Chat(c.Context, prompt, runner.ChatOptions{GenOptions: s.gen, System: s.system, EnableThinking: s.thinking()})
+	} else {
+		res, err = sess.Generate(c.Context, r.Tokenizer.Encode(prompt), s.gen)
+	}
+	if err != nil {
+		return err
+	}
+	rep := newRunReport(r, res)
+	if s.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Model string `json:"model"`
+			*runReport
+		}{s.model, rep})
+	}
+	fmt.Fprintln(out)
+	rep.print(errw)
+	return nil
+}
+
+// cacheReport is the expert cache's work in one phase.
+type cacheReport struct {
+	Requests  int64   `json:"requests"`
+	Hits      int64   `json:"hits"`
+	Misses    int64   `json:"misses"`
+	HitRate   float64 `json:"hit_rate"`
+	Reads     int64   `json:"reads"`
+	BytesRead int64   `json:"bytes_read"`
+	ReadP50Ms float64 `json:"read_p50_ms"`
+	ReadP99Ms float64 `json:"read_p99_ms"`
+}
+
+func newCacheReport(st expertcache.Stats) cacheReport {
+	return cacheReport{Requests: st.Requests, Hits: st.Hits, Misses: st.Misses, HitRate: st.HitRate(), Reads: st.Reads,
+		BytesRead: st.BytesRead, ReadP50Ms: st.ReadP50.Seconds() * 1e3, ReadP99Ms: st.ReadP99.Seconds() * 1e3}
+}
+
+// runReport is what generate prints at the end (and chat per turn).
+type runReport struct {
+	Text              string      `json:"text"`
+	Tokens            []int       `json:"tokens"`
+	PromptTokens      int         `json:"prompt_tokens"`
+	GeneratedTokens   int         `json:"generated_tokens"`
+	StopReason        string      `json:"stop_reason"`
+	PrefillSeconds    float64     `json:"prefill_seconds"`
+	PrefillTokPerSec  float64     `json:"prefill_tok_per_sec"`
+	DecodeSeconds     float64     `json:"decode_seconds"`
+	DecodeTokPerSec   float64     `json:"decode_tok_per_sec"`
+	PeakRSSBytes      int64       `json:"peak_rss_bytes"`
+	DenseBytes        int64       `json:"dense_bytes"`
+	ExpertCacheBytes  int64       `json:"expert_cache_bytes"`
+	IO                string      `json:"io"`
+	HitRate           float64     `json:"expert_cache_hit_rate"`
+	BytesReadPerToken float64     `json:"bytes_read_per_token"`
+	Prefill           cacheReport `json:"prefill_cache"`
+	Decode            cacheReport `json:"decode_cache"`
+}
+
+func newRunReport(r *runner.Runner, res *runner.Result) *runReport {
+	tokens := res.Tokens
+	if tokens == nil {
+		tokens = []int{}
+	}
+	// The hit rate over the whole call: prefill and decode together.
+	all := res.PrefillCache
+	all.Requests += res.DecodeCache.Requests
+	all.Hits += res.DecodeCache.Hits
+	return &runReport{
+		Text: res.Text, Tokens: tokens, PromptTokens: res.PromptTokens, GeneratedTokens: len(res.Tokens), StopReason: res.StopReason,
+		PrefillSeconds: res.Prefill.Seconds(), PrefillTokPerSec: res.PrefillTokPerSec(),
+		DecodeSeconds: res.Decode.Seconds(), DecodeTokPerSec: res.DecodeTokPerSec(),
+		PeakRSSBytes: res.PeakRSS, DenseBytes: r.DenseBytes(), ExpertCacheBytes: r.Cache.Budget(), IO: ioName(r),
+		HitRate: all.HitRate(), BytesReadPerToken: res.BytesReadPerToken(),
+		Prefill: newCacheReport(res.PrefillCache), Decode: newCacheReport(res.DecodeCache),
+	}
+}
+
+func ioName(r *runner.Runner) string {
+	if st := r.Cache.Stats(); st.DirectReads > 0 {
+		return "direct"
+	}
+	return "buffered"
+}
+
+func (p *runReport) print(w io.Writer) {
+	gib := func(n int64) string { return expertcache.FormatSize(n) }
+	fmt.Fprintf(w, "prefill: %d tokens in %.2fs (%.1f tok/s) | decode: %d tokens in %.2fs (%.2f tok/s), stopped by %s\n",
+		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeSeconds, p.DecodeTokPerSec, p.StopReason)
+	fmt.Fprintf(w, "memory: peak RSS %s (dense weights %s, expert cache budget %s)\n", gib(p.PeakRSSBytes), gib(p.DenseBytes), gib(p.ExpertCacheBytes))
+	fmt.Fprintf(w, "experts: hit rate %.1f%% | decode: hit rate %.1f%%, %s read per token, read p50 %.2f ms p99 %.2f ms | prefill: %d reads, %s\n",
+		100*p.HitRate, 100*p.Decode.HitRate, gib(int64(p.BytesReadPerToken)), p.Decode.ReadP50Ms, p.Decode.ReadP99Ms,
+		p.Prefill.Reads, gib(p.Prefill.BytesRead))
+}
+
+// quickstartGenerate runs a short greedy chat generation on the container.
+func quickstartGenerate(ctx context.Context, w io.Writer, container string, sum *quickstartSummary) error {
+	var text strings.Builder
+	res, err := runner.Generate(ctx, container, runner.GenerateOptions{
+		Options:    runner.Options{ExpertCache: 1 << 20},
+		GenOptions: runner.GenOptions{MaxNew: 16, OnText: func(s string) error { text.WriteString(s); return nil }},
+		Prompt:     "Hello", Chat: true, NoThink: true,
+	})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	if sum.Extra == nil {
+		sum.Extra = map[string]any{}
+	}
+	sum.Extra["generate"] = map[string]any{
+		"text": res.Text, "tokens": res.Tokens, "stop_reason": res.StopReason,
+		"prefill_tok_per_sec": res.PrefillTokPerSec(), "decode_tok_per_sec": res.DecodeTokPerSec(),
+		"expert_cache_hit_rate": res.DecodeCache.HitRate(),
+	}
+	sum.Steps = append(sum.Steps, "generate")
+	fmt.Fprintf(w, "== generate (greedy, 16 tokens, 1 MiB expert cache; the tiny model's weights are random)\n   %q\n", text.String())
+	fmt.Fprintf(w, "   prefill %.0f tok/s, decode %.0f tok/s, decode hit rate %.0f%%\n",
+		res.PrefillTokPerSec(), res.DecodeTokPerSec(), 100*res.DecodeCache.HitRate())
+	return nil
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/repack"
+	"github.com/qpack-go/qpack/runtime/runner"
+)
+
+const genModel = "../../testdata/tiny/qwen3_next-q4g64"
+
+func runGenCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	app := newApp()
+	var out, errw bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errw
+	err = app.Run(append([]string{"qpack"}, args...))
+	return out.String(), errw.String(), err
+}
+
+// tinyContainer repacks the bundled tiny checkpoint into a container.
+func tinyContainer(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(genModel); err != nil {
+		t.Skip("tiny model missing")
+	}
+	dst := filepath.Join(t.TempDir(), "tiny.qpack")
+	_, err := repack.Run(context.Background(), repack.Options{FromDir: genModel, Output: dst, ToolVersion: "test",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+type genJSON struct {
+	Model string `json:"model"`
+	runReport
+}
+
+func TestGenerateCommand(t *testing.T) {
+	pack := tinyContainer(t)
+	// The same greedy generation through the library on the raw checkpoint.
+	want, err := runner.Generate(context.Background(), genModel, runner.GenerateOptions{
+		Options: runner.Options{ExpertCache: 1 << 30}, GenOptions: runner.GenOptions{MaxNew: 6},
+		Prompt: "Hello there", Chat: true, NoThink: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flags after MODEL, a small cache, direct reads.
+	out, _, err := runGenCLI(t, "generate", pack, "--prompt", "Hello there", "--chat", "--no-think", "--max-new", "6",
+		"--json", "--expert-cache", "64KiB", "--io", "direct", "--prefill-chunk", "4")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got genJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out)
+	}
+	if !slices.Equal(got.Tokens, want.Tokens) || got.Text != want.Text {
+		t.Fatalf("CLI on the container: %v %q; library on the checkpoint: %v %q", got.Tokens, got.Text, want.Tokens, want.Text)
+	}
+	if got.GeneratedTokens != 6 || got.StopReason != "length" || got.ExpertCacheBytes != 64<<10 || got.PeakRSSBytes <= 0 ||
+		got.PrefillTokPerSec <= 0 || got.BytesReadPerToken <= 0 || got.Decode.Requests == 0 || got.HitRate < 0 || got.HitRate > 1 {
+		t.Fatalf("report %+v", got.runReport)
+	}
+
+	// Streaming text and the summary on stderr.
+	text, summary, err := runGenCLI(t, "generate", pack, "--prompt", "Hello there", "--chat", "--no-think", "--max-new", "6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != want.Text+"\n" {
+		t.Errorf("stdout %q, want %q", text, want.Text+"\n")
+	}
+	for _, s := range []string{"tok/s", "peak RSS", "hit rate", "read per token"} {
+		if !strings.Contains(summary, s) {
+			t.Errorf("summary lacks %q:\n%s", s, summary)
+		}
+	}
+
+	for _, bad := range [][]string{
+		{"generate", pack},
+		{"generate", "--prompt", "x"},
+		{"generate", pack, "--prompt", "x", "--expert-cache", "lots"},
+		{"generate", pack, "--prompt", "x", "--io", "mmap"},
+		{"generate", pack, "--prompt", "x", "--top-p", "2"},
+		{"generate", genModel, "--prompt", "x", "--verify-experts"},
+	} {
+		if _, _, err := runGenCLI(t, bad...); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+func TestVerifyExpertsNamesCorruptBlob(t *testing.T) {
+	pack := tinyContainer(t)
+	// Find an expert the generation uses.
+	r, err := runner.Open(pack, runner.Options{ExpertCache: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.NewSession().Generate(context.Background(), r.Tokenizer.Encode("Hello there"), runner.GenOptions{MaxNew: 2}); err != nil {
+		t.Fatal(err)
+	}
+	L, E := r.Model.Config.Layers, r.Model.Config.Experts
+	layer, expert := -1, -1
+	for l := L - 1; l >= 0 && layer < 0; l-- {
+		for e := range E {
+			if r.Cache.Resident(l, e) {
+				layer, expert = l, e
+				break
+			}
+		}
+	}
+	r.Close()
+	if layer < 0 {
+		t.Fatal("no expert was read")
+	}
+	c, err := qpack.Open(pack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _ := c.ExpertOffset(layer, expert)
+	path := c.LayerPath(layer)
+	c.Close()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, off+100)
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b, off+100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	args := []string{"generate", pack, "--prompt", "Hello there", "--max-new", "2"}
+	if _, _, err := runGenCLI(t, args...); err != nil {
+		t.Fatalf("without --verify-experts the damage goes unnoticed, but the run failed: %v", err)
+	}
+	_, _, err = runGenCLI(t, append(args, "--verify-experts")...)
+	want := fmt.Sprintf("%s: layer %d expert %d", qpack.LayerFile(layer), layer, expert)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one naming %q", err, want)
+	}
+	// Undamaged, the check passes.
+	b[0] ^= 0x40
+	f, _ = os.OpenFile(path, os.O_RDWR, 0)
+	f.WriteAt(b, off+100)
+	f.Close()
+	if _, _, err := runGenCLI(t, append(args, "--verify-experts")...); err != nil {
+		t.Fatalf("intact container: %v", err)
+	}
+}
+
+func TestChatCommand(t *testing.T) {
+	pack := tinyContainer(t)
+	out, _, err := runGenCLI(t, "chat", pack, "first turn", "second turn", "--max-new", "4", "--no-think", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got struct {
+		Turns []struct {
+			User string `json:"user"`
+			runReport
+		} `json:"turns"`
+		StateTokens int `json:"state_tokens"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out)
+	}
+	if len(got.Turns) != 2 || got.Turns[0].User != "first turn" || got.Turns[1].User != "second turn" {
+		t.Fatalf("turns %+v", got.Turns)
+	}
+	// Turn 2 prefills only itself: the state holds turn 1's prompt and
+	// reply (all but a token ending it) and turn 2's prompt and reply.
+	t1, t2 := got.Turns[0], got.Turns[1]
+	if t2.PromptTokens >= t1.PromptTokens+t2.PromptTokens-1 || got.StateTokens < t1.PromptTokens+t2.PromptTokens+t1.GeneratedTokens-1 {
+		t.Errorf("turn prompts %d and %d, %d tokens in the state", t1.PromptTokens, t2.PromptTokens, got.StateTokens)
+	}
+	if _, _, err := runGenCLI(t, "chat", pack); err == nil {
+		t.Error("chat without turns: no error")
+	}
+}
