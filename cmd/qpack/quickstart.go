@@ -140,8 +140,12 @@ func quickstart(ctx context.Context, w io.Writer, model, workdir string, quiet b
 		rep.print(w)
 	}
 
+	stepOut := w
+	if quiet {
+		stepOut = io.Discard // --json: the summary is the only output
+	}
 	for _, step := range quickstartSteps {
-		if err := step(ctx, w, sum.Container, sum); err != nil {
+		if err := step(ctx, stepOut, sum.Container, sum); err != nil {
 			return nil, err
 		}
 	}
