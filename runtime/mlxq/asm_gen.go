@@ -147,7 +147,56 @@ func single(w *writer, bits, group int, st stype) string {
 		w.ins("VFMADD231PS Y9, Y1, Y0", fmt.Sprintf("ADDQ $%d, SI", group), fmt.Sprintf("ADDQ $%d, DI", group*4))
 	}
 	w.ins("DECQ CX", "JNZ grp")
-	// Bias term sum_g b[g]*xs[g], eight groups at a time.
+	biasTail(w, st, "ret+48(FP)")
+	return name
+}
+
+// Any-width kernel for 2, 3, 5 and 6 bits:
+// func name(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32
+// Every 8 elements ("pack") take exactly `bits` bytes. A pack is loaded as 8
+// bytes broadcast to both 128-bit lanes; a byte shuffle gives dword i the 4
+// bytes from byte (i*bits)/8 on, a variable shift by (i*bits)%8 and a mask
+// leave element i. k holds the shuffle control, the shifts and the mask.
+// Four packs per loop (packs per group is a multiple of 4); the 8-byte loads
+// read up to 8-bits bytes past the row, which the caller must allow.
+// Registers: SI w, DI x, R8 s, R11 bits, R13 3*bits, DX packs, BX packs left,
+// Y0 row sum, Y1-Y4 group sums, Y5-Y8 temporaries, Y9 scale,
+// Y12 shifts, Y13 shuffle, Y15 mask.
+func anyBits(w *writer, st stype) string {
+	name := "qxg" + st.name
+	w.f("\n// func %s(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32\n", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-76\n", name)
+	w.ins("MOVQ w+0(FP), SI", "MOVQ x+8(FP), DI", "MOVQ s+16(FP), R8", "MOVQ ngroups+40(FP), CX",
+		"MOVQ packs+48(FP), DX", "MOVQ bits+56(FP), R11", "LEAQ (R11)(R11*2), R13", "MOVQ k+64(FP), AX",
+		"VMOVDQU 0(AX), Y13", "VMOVDQU 32(AX), Y12", "VMOVDQU 64(AX), Y15", "VXORPS Y0, Y0, Y0")
+	w.ins("grp:")
+	if prefetch > 0 {
+		w.ins(fmt.Sprintf("PREFETCHT0 %d(SI)", prefetch))
+	}
+	w.ins("VXORPS Y1, Y1, Y1", "VXORPS Y2, Y2, Y2", "VXORPS Y3, Y3, Y3", "VXORPS Y4, Y4, Y4", "MOVQ DX, BX")
+	w.ins("pack:")
+	addrs := []string{"(SI)", "(SI)(R11*1)", "(SI)(R11*2)", "(SI)(R13*1)"}
+	for k := 0; k < 4; k++ {
+		t := y(5 + k)
+		w.ins(
+			"VPBROADCASTQ "+addrs[k]+", "+t,
+			"VPSHUFB Y13, "+t+", "+t,
+			"VPSRLVD Y12, "+t+", "+t,
+			"VPAND Y15, "+t+", "+t,
+			"VCVTDQ2PS "+t+", "+t,
+			fmt.Sprintf("VFMADD231PS %d(DI), %s, %s", 32*k, t, y(1+k)),
+		)
+	}
+	w.ins("LEAQ (SI)(R11*4), SI", "ADDQ $128, DI", "SUBQ $4, BX", "JNZ pack")
+	w.ins("VADDPS Y2, Y1, Y1", "VADDPS Y4, Y3, Y3", "VADDPS Y3, Y1, Y1")
+	w.ins(st.loadS("Y9")...)
+	w.ins("VFMADD231PS Y9, Y1, Y0", "DECQ CX", "JNZ grp")
+	biasTail(w, st, "ret+72(FP)")
+	return name
+}
+
+// biasTail adds sum_g b[g]*xs[g] to the row sum Y0 and returns it.
+func biasTail(w *writer, st stype, ret string) {
 	w.ins("MOVQ b+24(FP), R9", "MOVQ xs+32(FP), R10", "MOVQ ngroups+40(FP), CX", "VXORPS Y14, Y14, Y14")
 	w.ins("bias8:", "CMPQ CX, $8", "JLT bias8done")
 	w.ins(st.load8("(R9)", "Y5")...)
@@ -157,9 +206,8 @@ func single(w *writer, bits, group int, st stype) string {
 	w.ins(st.load1("(R9)", "X5")...)
 	w.ins("VFMADD231SS (R10), X5, X14", fmt.Sprintf("ADDQ $%d, R9", st.size), "ADDQ $4, R10", "DECQ CX", "JMP bias1")
 	w.ins("done:")
-	hsum(w, 0, 1, 14, "ret+48(FP)")
+	hsum(w, 0, 1, 14, ret)
 	w.ins("VZEROUPPER", "RET")
-	return name
 }
 
 // vecAddr addresses vector v's copy of off(DI): vectors are R12 bytes apart
@@ -357,6 +405,10 @@ func main() {
 			}
 		}
 	}
+	var anyb [3]string
+	for ti, st := range stypes {
+		anyb[ti] = anyBits(&s, st)
+	}
 	var dense1, dense4 [3]string
 	for ti, st := range stypes {
 		dense1[ti] = denseSingle(&s, st)
@@ -369,6 +421,9 @@ func main() {
 				g.f("\n//go:noescape\nfunc %s(w *byte, x *float32, xstride int, s, b *byte, xs *float32, ngroups int, out *float32)\n", multi4[bi][gi][ti])
 			}
 		}
+	}
+	for ti := range anyb {
+		g.f("\n//go:noescape\nfunc %s(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32\n", anyb[ti])
 	}
 	for ti := range dense1 {
 		g.f("\n//go:noescape\nfunc %s(w *byte, x *float32, n int) float32\n", dense1[ti])
@@ -387,6 +442,8 @@ func main() {
 	}
 	table("qSingle", "func(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32", single1)
 	table("qMulti", "func(w *byte, x *float32, xstride int, s, b *byte, xs *float32, ngroups int, out *float32)", multi4)
+	g.f("\n// qAny is indexed by scale type.\n")
+	g.f("var qAny = [3]func(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32{%s}\n", strings.Join(anyb[:], ", "))
 	g.f("\n// denseSingle and denseMulti are indexed by element type.\n")
 	g.f("var denseSingle = [3]func(w *byte, x *float32, n int) float32{%s}\n", strings.Join(dense1[:], ", "))
 	g.f("var denseMulti = [3]func(w *byte, x *float32, xstride, n int, out *float32){%s}\n", strings.Join(dense4[:], ", "))

@@ -29,3 +29,5 @@ func BenchmarkKernelQ8Asm(b *testing.B) { benchKernel(b, 8, true) }
 func BenchmarkKernelQ4Go(b *testing.B)  { benchKernel(b, 4, false) }
 func BenchmarkKernelQ8Go(b *testing.B)  { benchKernel(b, 8, false) }
 func BenchmarkKernelQ3Go(b *testing.B)  { benchKernel(b, 3, false) }
+func BenchmarkKernelQ3Asm(b *testing.B) { benchKernel(b, 3, true) }
+func BenchmarkKernelQ6Asm(b *testing.B) { benchKernel(b, 6, true) }

@@ -2,7 +2,11 @@
 
 package mlxq
 
-import "golang.org/x/sys/cpu"
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/cpu"
+)
 
 //go:generate go run asm_gen.go
 
@@ -40,6 +44,44 @@ func qDot4Asm(bits int, row []byte, x []float32, cols int, s, b []byte, t Float,
 		panic("mlxq: qDot4Asm: shape mismatch")
 	}
 	qMulti[bits>>3][groupIndex(group)][t](&row[0], &x[0], 4*cols, &s[0], &b[0], &xs[0], ng, &out[0])
+}
+
+// bitsConsts holds, for the any-width kernel: the byte shuffle that gives
+// dword i of a pack the 4 bytes from byte (i*bits)/8 on (both 128-bit lanes
+// hold the pack's 8 bytes), the shifts (i*bits)%8, and the mask 2^bits-1.
+type bitsConsts [96]byte
+
+var anyConsts = func() (t [9]bitsConsts) {
+	for _, bits := range []int{2, 3, 5, 6} {
+		k := &t[bits]
+		for i := 0; i < 8; i++ {
+			start := i * bits / 8
+			for j := 0; j < 4; j++ {
+				c := byte(start + j)
+				if start+j > 7 {
+					c = 0x80 // zero: past the element's bytes anyway
+				}
+				k[(i/4)*16+(i%4)*4+j] = c
+			}
+			binary.LittleEndian.PutUint32(k[32+4*i:], uint32(i*bits%8))
+			binary.LittleEndian.PutUint32(k[64+4*i:], uint32(1)<<bits-1)
+		}
+	}
+	return t
+}()
+
+// qAnyAsm is qDotAsm for 2, 3, 5 and 6 bits. w runs from the row to the end
+// of the matrix data: the kernel's 8-byte loads may read up to 8-bits bytes
+// past the row. It reports false (and does nothing) when w is too short for
+// that, i.e. for the last row.
+func qAnyAsm(bits int, w []byte, x []float32, s, b []byte, t Float, xs []float32, group int) (float32, bool) {
+	ng := len(xs)
+	rb := ng * group * bits / 8
+	if len(w) < rb+8-bits {
+		return 0, false
+	}
+	_, _, _, _ = w[rb+8-bits-1], x[ng*group-1], s[ng*t.Size()-1], b[ng*t.Size()-1]
+	return qAny[t](&w[0], &x[0], &s[0], &b[0], &xs[0], ng, group/8, bits, &anyConsts[bits]), true
 }
 
 // denseDotAsm returns sum_i w_i x_i for a row of type t.

@@ -113,6 +113,15 @@ func q8g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float
 func q8g128bf16x4(w *byte, x *float32, xstride int, s, b *byte, xs *float32, ngroups int, out *float32)
 
 //go:noescape
+func qxgf32(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32
+
+//go:noescape
+func qxgf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32
+
+//go:noescape
+func qxgbf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32
+
+//go:noescape
 func dotf32(w *byte, x *float32, n int) float32
 
 //go:noescape
@@ -157,6 +166,9 @@ var qMulti = [2][3][3]func(w *byte, x *float32, xstride int, s, b *byte, xs *flo
 		{q8g128f32x4, q8g128f16x4, q8g128bf16x4},
 	},
 }
+
+// qAny is indexed by scale type.
+var qAny = [3]func(w *byte, x *float32, s, b *byte, xs *float32, ngroups, packs, bits int, k *bitsConsts) float32{qxgf32, qxgf16, qxgbf16}
 
 // denseSingle and denseMulti are indexed by element type.
 var denseSingle = [3]func(w *byte, x *float32, n int) float32{dotf32, dotf16, dotbf16}

@@ -57,6 +57,7 @@ const (
 	kQ4Go                       // 4 bits, portable
 	kQ8Go                       // 8 bits, portable
 	kQGo                        // 2, 3, 5, 6 bits, portable
+	kQAnyAsm                    // 2, 3, 5, 6 bits, assembly
 	kDenseAsm                   // F32, F16, BF16, assembly
 	kDenseGo                    // F32, F16, BF16, portable
 )
@@ -78,6 +79,9 @@ func (m Matrix) kernel() kernelKind {
 			return kQAsm
 		}
 		return kQ8Go
+	}
+	if useAsm {
+		return kQAnyAsm
 	}
 	return kQGo
 }
@@ -155,13 +159,14 @@ func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float3
 		s, b = sb[:ng], sb[ng:2*ng]
 	}
 	var out [4]float32
+	var pad []byte // padded copy of the last row, for kQAnyAsm
 	for r := r0; r < r1; r++ {
 		row := m.Weight[r*rb : (r+1)*rb]
 		var rs, rbias []byte
 		if m.Bits > 0 {
 			rs = m.Scales[r*sbytes : (r+1)*sbytes]
 			rbias = m.Biases[r*sbytes : (r+1)*sbytes]
-			if k != kQAsm {
+			if k != kQAsm && k != kQAnyAsm {
 				DecodeFloats(s, rs, m.Type)
 				DecodeFloats(b, rbias, m.Type)
 			}
@@ -192,6 +197,17 @@ func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float3
 				y = q8DotGo(row, x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
 			case kQGo:
 				y = qDotGo(m.Weight[r*rb:], x, s, b, p.xsum[v*ng:(v+1)*ng], m.GroupSize, m.Bits)
+			case kQAnyAsm:
+				var ok bool
+				y, ok = qAnyAsm(m.Bits, m.Weight[r*rb:], x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+				if !ok {
+					// The last row: give the kernel a padded copy to over-read.
+					if pad == nil {
+						pad = make([]byte, rb+8)
+						copy(pad, row)
+					}
+					y, _ = qAnyAsm(m.Bits, pad, x, rs, rbias, m.Type, p.xsum[v*ng:(v+1)*ng], m.GroupSize)
+				}
 			case kDenseAsm:
 				y = denseDotAsm(m.Type, row, x)
 			case kDenseGo:
