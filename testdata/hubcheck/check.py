@@ -59,6 +59,18 @@ def hf_cli(*args):
     return p.returncode, p.stdout, p.stderr
 
 
+def printed_path(out):
+    """The path `hf download` printed: a "path: ..." line (1.3x) or the last line."""
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    for l in lines:
+        if l.startswith("path:"):
+            return l[len("path:"):].strip()
+    for l in reversed(lines):
+        if os.path.exists(l):
+            return l
+    raise AssertionError(f"no path in the output of hf download: {out!r}")
+
+
 def filtered(files, include=None, exclude=None):
     from huggingface_hub.utils import filter_repo_objects
     keep = set(filter_repo_objects(list(files), allow_patterns=include, ignore_patterns=exclude))
@@ -91,7 +103,7 @@ def py_download(a):
     def cli_cache():
         code, out, _ = hf_cli("download", a["repo"], "--cache-dir", a["c1"])
         assert code == 0, f"hf download exited {code}"
-        snap = out.strip().splitlines()[-1]
+        snap = printed_path(out)
         same("hf download (cache)", tree_files(snap), src)
         return f"huggingface_hub {huggingface_hub.__version__}, {len(src)} files"
 
@@ -112,7 +124,7 @@ def py_download(a):
     def cli_revision():
         code, out, _ = hf_cli("download", a["repo"], "config.json", "--revision", a["commit"], "--cache-dir", a["c1b"])
         assert code == 0, f"hf download exited {code}"
-        p = out.strip().splitlines()[-1]
+        p = printed_path(out)
         assert sha256_file(p) == src["config.json"], "config.json differs"
         assert f"/snapshots/{a['commit']}/" in p, f"not under the commit's snapshot: {p}"
 
