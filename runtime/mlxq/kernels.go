@@ -87,10 +87,11 @@ func qDotGo(w []byte, x, s, b, xs []float32, group, bits int) float32 {
 			}
 			off += bits
 			xx := (*[8]float32)(xg[k:])
-			a0 += float32(v&mask)*xx[0] + float32(v>>sh&mask)*xx[1]
-			a1 += float32(v>>(2*sh)&mask)*xx[2] + float32(v>>(3*sh)&mask)*xx[3]
-			a0 += float32(v>>(4*sh)&mask)*xx[4] + float32(v>>(5*sh)&mask)*xx[5]
-			a1 += float32(v>>(6*sh)&mask)*xx[6] + float32(v>>(7*sh)&mask)*xx[7]
+			// (shift & 63) tells the compiler the shifts are in range.
+			a0 += float32(v&mask)*xx[0] + float32(v>>(sh&63)&mask)*xx[1]
+			a1 += float32(v>>(2*sh&63)&mask)*xx[2] + float32(v>>(3*sh&63)&mask)*xx[3]
+			a0 += float32(v>>(4*sh&63)&mask)*xx[4] + float32(v>>(5*sh&63)&mask)*xx[5]
+			a1 += float32(v>>(6*sh&63)&mask)*xx[6] + float32(v>>(7*sh&63)&mask)*xx[7]
 		}
 		acc += s[g]*(a0+a1) + b[g]*xs[g]
 	}
