@@ -128,7 +128,10 @@ func (v *verifier) hashAll(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bufs := [][]byte{make([]byte, v.o.BlockSize), make([]byte, v.o.BlockSize)}
+			bufs := make([][]byte, buffersPerWorker)
+			for i := range bufs {
+				bufs[i] = make([]byte, v.o.BlockSize)
+			}
 			for j := range ch {
 				v.runJob(ctx, j, bufs, gapList, &done)
 			}
@@ -155,14 +158,21 @@ feed:
 }
 
 type block struct {
-	buf []byte
-	off int64
-	n   int
-	err error
+	buf  []byte
+	off  int64
+	n    int
+	err  error
+	refs atomic.Int32
 }
 
-// runJob reads j's range in blocks (a reader goroutine keeps the next block
-// coming while this one is hashed) and hashes it.
+// buffersPerWorker lets the reader run ahead of the hashers.
+const buffersPerWorker = 4
+
+// runJob reads j's range in blocks with a reader goroutine that keeps the
+// next blocks coming, and hashes them as they arrive. When a layer file
+// gets both its whole-file digest and its expert digests, a second
+// goroutine computes the whole-file digest from the same buffers, so even
+// a single file keeps two cores busy.
 func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []span, done *atomic.Int64) {
 	fh := v.hashed[j.file]
 	fail := func(pr Problem) {
@@ -185,7 +195,7 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 	for _, b := range bufs {
 		free <- b
 	}
-	filled := make(chan block, len(bufs))
+	filled := make(chan *block, len(bufs))
 	quit := make(chan struct{})
 	defer close(quit)
 	go func() {
@@ -209,19 +219,37 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 			if err == io.EOF && int64(got) == n {
 				err = nil
 			}
-			filled <- block{buf: buf, off: off, n: got, err: err}
-			if err != nil {
+			select {
+			case filled <- &block{buf: buf, off: off, n: got, err: err}:
+			case <-quit:
 				return
 			}
-			if ctx.Err() != nil {
+			if err != nil || ctx.Err() != nil {
 				return
 			}
 		}
 	}()
+	release := func(b *block) {
+		if b.refs.Add(-1) == 0 {
+			free <- b.buf
+		}
+	}
 
 	var whole, eh *blake3.Hasher
+	var wholeCh chan *block
+	var wholeDone chan struct{}
 	if j.whole {
 		whole = blake3.New()
+		if j.experts || j.padding {
+			wholeCh, wholeDone = make(chan *block, len(bufs)), make(chan struct{})
+			go func() {
+				defer close(wholeDone)
+				for b := range wholeCh {
+					whole.Write(b.buf[:b.n])
+					release(b)
+				}
+			}()
+		}
 	}
 	if j.experts {
 		eh = blake3.New()
@@ -233,10 +261,17 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 	var expDigests []string
 	padReported := map[int]bool{}
 	pos := j.off
+	failed := false
 	for b := range filled {
 		data := b.buf[:b.n]
-		if whole != nil {
-			whole.Write(data)
+		if wholeCh != nil {
+			b.refs.Store(2)
+			wholeCh <- b
+		} else {
+			b.refs.Store(1)
+			if whole != nil {
+				whole.Write(data)
+			}
 		}
 		if j.padding || eh != nil {
 			// Walk the block expert by expert.
@@ -252,7 +287,7 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 					if off, ok := firstNonZeroGap(piece, in, gapList); ok {
 						padReported[e] = true
 						v.problem(Problem{Scope: ScopeContainer, Kind: KindPadding, File: j.file, Layer: intp(j.layer), Expert: intp(e),
-							Offset:  int64p(int64(e)*stride + off),
+							Offset: int64p(int64(e)*stride + off),
 							Message: fmt.Sprintf("byte %d of the expert's blob lies outside every section and must be zero, is 0x%02x", off, piece[off-in])})
 					}
 				}
@@ -267,11 +302,12 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 			pos += int64(len(data))
 		}
 		done.Add(int64(len(data)))
-		free <- b.buf
-		if b.err != nil {
-			msg := b.err.Error()
+		berr := b.err
+		release(b)
+		if berr != nil {
+			msg := berr.Error()
 			kind := KindRead
-			if errors.Is(b.err, io.EOF) || errors.Is(b.err, io.ErrUnexpectedEOF) {
+			if errors.Is(berr, io.EOF) || errors.Is(berr, io.ErrUnexpectedEOF) {
 				kind, msg = KindSize, fmt.Sprintf("ends at byte %d while being verified (%d bytes expected)", b.off+int64(b.n), v.man.Files[j.file])
 			}
 			pr := Problem{Scope: ScopeContainer, Kind: kind, File: j.file, Offset: int64p(b.off + int64(b.n)), Message: msg}
@@ -282,12 +318,21 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 				}
 			}
 			fail(pr)
-			return
+			failed = true
+			break
 		}
 		if ctx.Err() != nil {
 			fail(Problem{Scope: ScopeContainer, Kind: KindRead, File: j.file, Message: ctx.Err().Error()})
-			return
+			failed = true
+			break
 		}
+	}
+	if wholeCh != nil {
+		close(wholeCh)
+		<-wholeDone
+	}
+	if failed {
+		return
 	}
 	fh.mu.Lock()
 	defer fh.mu.Unlock()
