@@ -287,7 +287,7 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 					if off, ok := firstNonZeroGap(piece, in, gapList); ok {
 						padReported[e] = true
 						v.problem(Problem{Scope: ScopeContainer, Kind: KindPadding, File: j.file, Layer: intp(j.layer), Expert: intp(e),
-							Offset: int64p(int64(e)*stride + off),
+							Offset:  int64p(int64(e)*stride + off),
 							Message: fmt.Sprintf("byte %d of the expert's blob lies outside every section and must be zero, is 0x%02x", off, piece[off-in])})
 					}
 				}
