@@ -317,3 +317,51 @@ func TestBranchMovesDuringDownload(t *testing.T) {
 		}
 	}
 }
+
+// HEAD follows an absolute redirect on the Hub's own host (keeping the
+// token) and one to a mirror host (dropping it), reading the metadata from
+// the final answer.
+func TestHeadFollowsAbsoluteRedirects(t *testing.T) {
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	var mirrorAuth, hubAuthOnSecondHop bool
+	mirror := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mirrorAuth = r.Header.Get("Authorization") != ""
+		w.Header().Set("ETag", `"`+GitBlobSHA1([]byte("hello"))+`"`)
+		w.Header().Set("X-Repo-Commit", commit)
+		w.Header().Set("Content-Length", "5")
+	}))
+	defer mirror.Close()
+	mu, _ := url.Parse(mirror.URL)
+	_, mport, _ := strings.Cut(mu.Host, ":")
+	var hub *httptest.Server
+	hub = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/old.txt"):
+			w.Header().Set("X-Repo-Commit", commit)
+			w.Header().Set("Location", hub.URL+"/a/b/resolve/"+commit+"/new.txt")
+			w.WriteHeader(http.StatusMovedPermanently)
+		case strings.HasSuffix(r.URL.Path, "/new.txt"):
+			hubAuthOnSecondHop = r.Header.Get("Authorization") == "Bearer "+secretToken
+			w.Header().Set("Location", "http://localhost:"+mport+"/mirror/new.txt")
+			w.WriteHeader(http.StatusFound)
+		}
+	}))
+	defer hub.Close()
+	c, err := NewClient(Options{Endpoint: hub.URL, Token: secretToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := c.HeadFile(ctxT(t), "a/b", commit, "old.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta.Size != 5 || meta.ETag != GitBlobSHA1([]byte("hello")) || meta.Commit != commit || !strings.HasPrefix(meta.URL, "http://localhost:"+mport) {
+		t.Fatalf("meta %+v", meta)
+	}
+	if !hubAuthOnSecondHop {
+		t.Fatal("token dropped on a same-host redirect")
+	}
+	if mirrorAuth {
+		t.Fatal("token sent to the mirror host")
+	}
+}
