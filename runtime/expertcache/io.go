@@ -100,6 +100,11 @@ func (fs *fileSet) close() error {
 	return first
 }
 
+// OpenDirect opens path for reads that bypass the page cache (O_DIRECT on
+// Linux, F_NOCACHE on darwin), or returns nil where that is not available.
+// Direct reads need offsets, lengths and buffers aligned to Align.
+func OpenDirect(path string) *os.File { return openDirect(path) }
+
 // DirectAvailable reports whether path can be opened for direct reads.
 func DirectAvailable(path string) bool {
 	f := openDirect(path)

@@ -1,0 +1,467 @@
+// Command runner measures the runner (package runtime/runner with its expert
+// cache) on a synthetic .qpack container at the real per-layer dimensions of
+// Qwen3.5/3.6-35B-A3B (hidden 2048, 256 experts top-8 of 512, shared expert
+// 512, MLX 4-bit group 64: 1,769,472-byte expert blobs) with fewer layers,
+// written to disk and deleted at the end.
+//
+// Decode: tok/s at three expert cache sizes (and with every expert cached,
+// the compute ceiling), each in a fresh process, against the I/O limit
+// computed from the bytes the run read per token and the disk's pread
+// bandwidth measured in the same run (parallel positional reads of whole
+// expert blobs at random offsets, in the same I/O mode and with the same
+// number of reads in flight, taken right before and after each run): the
+// ratio decode tok/s ÷ (bandwidth ÷ bytes per token) is the figure, goal
+// ≥ 0.7. Also the hit rate, and the peak RSS against the dense weights plus
+// the cache budget.
+//
+// Prefill: tok/s of a 512-token prompt in chunks (the default 128) against
+// token by token, each in a fresh process with the same cache: goal ≥ 4×.
+//
+//	go run ./bench/runner [-layers 4] [-vocab 32768] [-tokens 24] [-prompt 512] [-io direct] [-dir /tmp] [-keep] [-json]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/runtime/expertcache"
+	"github.com/qpack-go/qpack/runtime/runner"
+	"github.com/qpack-go/qpack/runtime/sample"
+	"github.com/qpack-go/qpack/runtime/synthetic"
+)
+
+type childResult struct {
+	Mode          string  `json:"mode"`
+	Budget        int64   `json:"budget"`
+	Chunk         int     `json:"chunk"`
+	TokPerSec     float64 `json:"tok_per_sec"`
+	Tokens        int     `json:"tokens"`
+	Seconds       float64 `json:"seconds"`
+	HitRate       float64 `json:"hit_rate"`
+	BytesRead     int64   `json:"bytes_read"`
+	BytesPerToken float64 `json:"bytes_per_token"`
+	Loads         int64   `json:"loads"`
+	ReadP50Ms     float64 `json:"read_p50_ms"`
+	ReadP99Ms     float64 `json:"read_p99_ms"`
+	DirectReads   int64   `json:"direct_reads"`
+	Reads         int64   `json:"reads"`
+	PeakRSS       int64   `json:"peak_rss"`
+	Dense         int64   `json:"dense"`
+	PeakAllocated int64   `json:"peak_allocated"`
+}
+
+func main() {
+	child := flag.String("child", "", "internal: run one step (write|decode|warm|prefill) in this process")
+	model := flag.String("model", "", "internal: the container")
+	budget := flag.Int64("budget", 0, "internal: cache budget in bytes")
+	chunk := flag.Int("chunk", runner.DefaultPrefillChunk, "internal: prefill chunk")
+	layers := flag.Int("layers", 4, "decoder layers (every 4th is full attention)")
+	vocab := flag.Int("vocab", 32768, "vocabulary size (the real one is 248320; a smaller one keeps lm_head, which a 4-layer model does not amortize, from dominating)")
+	tokens := flag.Int("tokens", 24, "decode tokens measured (after 8 warm-up tokens)")
+	prompt := flag.Int("prompt", 512, "prefill prompt tokens")
+	ioMode := flag.String("io", "direct", "expert reads: direct or buffered")
+	dir := flag.String("dir", os.TempDir(), "where to write the container")
+	keep := flag.Bool("keep", false, "keep the container (and reuse one left by an earlier -keep run)")
+	asJSON := flag.Bool("json", false, "print the results as JSON")
+	flag.Parse()
+	mode, err := expertcache.ParseIOMode(*ioMode)
+	if err != nil {
+		fail(err)
+	}
+	if *child == "write" {
+		// A separate process, so that the generator's memory does not
+		// count in the measuring processes' peak RSS (Linux carries
+		// ru_maxrss across fork and exec).
+		if err := writeModel(*model, *layers, *vocab); err != nil {
+			fail(err)
+		}
+		return
+	}
+	if *child != "" {
+		res, err := runChild(*child, *model, *budget, *chunk, *tokens, *prompt, mode)
+		if err != nil {
+			fail(err)
+		}
+		json.NewEncoder(os.Stdout).Encode(res)
+		return
+	}
+	if err := run(*layers, *vocab, *tokens, *prompt, *ioMode, mode, *dir, *keep, *asJSON); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench/runner:", err)
+	os.Exit(1)
+}
+
+// randomTokens returns n token ids below vocab from a fixed seed.
+func randomTokens(n, vocab int, seed uint64) []int {
+	r := rand.New(rand.NewPCG(seed, 1))
+	out := make([]int, n)
+	for i := range out {
+		out[i] = r.IntN(vocab)
+	}
+	return out
+}
+
+func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode expertcache.IOMode) (*childResult, error) {
+	r, err := runner.Open(model, runner.Options{ExpertCache: budget, IO: mode, PrefillChunk: chunk})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	r.LimitHeap(256 << 20)
+	r.EOS = nil
+	V := r.Model.Config.Vocab
+	s := r.NewSession()
+	ctx := context.Background()
+	out := &childResult{Mode: kind, Budget: r.Cache.Budget(), Chunk: chunk, Dense: r.DenseBytes()}
+	// Sampling at temperature 1 from the random model's logits gives varied
+	// tokens, so routing does not settle into a loop.
+	gen := runner.GenOptions{Sample: sampleParams()}
+	switch kind {
+	case "decode", "warm":
+		if kind == "warm" {
+			// Every expert read once up front: decode then never misses,
+			// which gives the compute-only figure.
+			if err := preload(r); err != nil {
+				return nil, err
+			}
+		}
+		gen.MaxNew = 8
+		if _, err := s.Generate(ctx, randomTokens(16, V, 3), gen); err != nil {
+			return nil, err
+		}
+		gen.MaxNew = tokens + 1
+		res, err := s.Generate(ctx, nil, gen)
+		if err != nil {
+			return nil, err
+		}
+		st := res.DecodeCache
+		out.Tokens, out.Seconds, out.TokPerSec = res.DecodeTokens, res.Decode.Seconds(), res.DecodeTokPerSec()
+		out.HitRate, out.BytesRead, out.BytesPerToken, out.Loads = st.HitRate(), st.BytesRead, res.BytesReadPerToken(), st.Loads
+		out.ReadP50Ms, out.ReadP99Ms, out.Reads, out.DirectReads = ms(st.ReadP50), ms(st.ReadP99), st.Reads, st.DirectReads
+		out.PeakRSS = res.PeakRSS
+	case "prefill":
+		t0 := time.Now()
+		if _, _, err := s.Feed(ctx, randomTokens(prompt, V, 5)); err != nil {
+			return nil, err
+		}
+		el := time.Since(t0)
+		st := r.Cache.Stats()
+		out.Tokens, out.Seconds, out.TokPerSec = prompt, el.Seconds(), float64(prompt)/el.Seconds()
+		out.HitRate, out.BytesRead, out.Loads = st.HitRate(), st.BytesRead, st.Loads
+		out.ReadP50Ms, out.ReadP99Ms, out.Reads, out.DirectReads = ms(st.ReadP50), ms(st.ReadP99), st.Reads, st.DirectReads
+		out.PeakRSS = runner.PeakRSS()
+	default:
+		return nil, fmt.Errorf("unknown child mode %q", kind)
+	}
+	out.PeakAllocated = r.Cache.Stats().PeakAllocated
+	return out, nil
+}
+
+func preload(r *runner.Runner) error {
+	c := r.Model.Config
+	all := make([]int, c.Experts)
+	for e := range all {
+		all[e] = e
+	}
+	for l := range c.Layers {
+		if !c.Sparse[l] {
+			continue
+		}
+		r.Cache.Prefetch(l, all)
+		for _, e := range all {
+			w, err := r.Cache.Expert(l, e)
+			if err != nil {
+				return err
+			}
+			r.Cache.Release(w)
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
+
+// spawn runs one measurement in a fresh process.
+func spawn(args ...string) (*childResult, error) {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("child %v: %w", args, err)
+	}
+	var res childResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("child %v: %w (%q)", args, err, out)
+	}
+	return &res, nil
+}
+
+// preadBandwidth reads random whole expert blobs of the container's layer
+// files for about dur with `readers` reads in flight, in the given mode, and
+// returns bytes per second.
+func preadBandwidth(pack string, mode expertcache.IOMode, readers int, dur time.Duration, seed uint64) (float64, error) {
+	c, err := qpack.Open(pack)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	lay := c.Layout
+	stride := lay.ExpertStride
+	files := make([]*os.File, lay.LayerCount)
+	for l := range files {
+		p := c.LayerPath(l)
+		var f *os.File
+		if mode == expertcache.Direct {
+			f = openDirectFile(p)
+		}
+		if f == nil {
+			if f, err = os.Open(p); err != nil {
+				return 0, err
+			}
+		}
+		defer f.Close()
+		files[l] = f
+	}
+	var total int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(dur)
+	t0 := time.Now()
+	var firstErr error
+	for w := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := alignedBuf(stride)
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			var n int64
+			for time.Now().Before(deadline) {
+				l, e := r.IntN(lay.LayerCount), r.IntN(lay.ExpertCount)
+				got, err := files[l].ReadAt(buf, int64(e)*stride)
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				n += int64(got)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(total) / time.Since(t0).Seconds(), nil
+}
+
+type decodeRow struct {
+	Label         string       `json:"label"`
+	Res           *childResult `json:"result"`
+	BandwidthBps  float64      `json:"pread_bandwidth_bytes_per_sec"`
+	IOLimitTokS   float64      `json:"io_limit_tok_per_sec"`
+	RatioToLimit  float64      `json:"ratio_to_io_limit"`
+	RSSOverBudget int64        `json:"rss_minus_dense_minus_budget"`
+	RSSOverAlloc  int64        `json:"rss_minus_dense_minus_slots"`
+	IOMs          float64      `json:"io_ms_per_token"`
+	ComputeMs     float64      `json:"compute_ms_per_token"`
+	TokenMs       float64      `json:"ms_per_token"`
+	Overlap       float64      `json:"overlap"`
+}
+
+func run(layers, vocab, tokens, prompt int, ioName string, mode expertcache.IOMode, dir string, keep, asJSON bool) error {
+	work := filepath.Join(dir, "qpack-bench-runner")
+	pack := filepath.Join(work, fmt.Sprintf("real-%dl-v%d.qpack", layers, vocab))
+	if !keep {
+		defer os.RemoveAll(work)
+	}
+	if _, err := os.Stat(filepath.Join(pack, qpack.ManifestName)); err != nil || !keep {
+		os.RemoveAll(work)
+		if err := os.MkdirAll(work, 0o755); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		cmd := exec.Command(os.Args[0], "-child", "write", "-model", pack, "-layers", fmt.Sprint(layers), "-vocab", fmt.Sprint(vocab))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("writing the model: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "wrote %s in %.1fs\n", pack, time.Since(t0).Seconds())
+	}
+	c, err := qpack.Open(pack)
+	if err != nil {
+		return err
+	}
+	stride, E := c.Layout.ExpertStride, c.Layout.ExpertCount
+	all := stride * int64(E) * int64(c.Layout.LayerCount)
+	c.Close()
+	if mode == expertcache.Direct && !expertcache.DirectAvailable(filepath.Join(pack, qpack.LayerFile(0))) {
+		fmt.Fprintln(os.Stderr, "direct I/O is refused on this file system: measuring buffered reads")
+		mode, ioName = expertcache.Buffered, "buffered"
+	}
+	readers := expertcache.DefaultReaders
+	bw := func(seed uint64) (float64, error) { return preadBandwidth(pack, mode, readers, 3*time.Second, seed) }
+	base := []string{"-model", pack, "-io", ioName, "-tokens", fmt.Sprint(tokens), "-prompt", fmt.Sprint(prompt)}
+
+	warm, err := spawn(append([]string{"-child", "warm", "-budget", fmt.Sprint(all)}, base...)...)
+	if err != nil {
+		return err
+	}
+	computeMs := 1e3 / warm.TokPerSec
+	var rows []decodeRow
+	for i, frac := range []float64{0.05, 0.15, 0.40} {
+		b := int64(float64(all) * frac)
+		before, err := bw(uint64(10 + i))
+		if err != nil {
+			return err
+		}
+		res, err := spawn(append([]string{"-child", "decode", "-budget", fmt.Sprint(b)}, base...)...)
+		if err != nil {
+			return err
+		}
+		after, err := bw(uint64(20 + i))
+		if err != nil {
+			return err
+		}
+		row := decodeRow{Label: fmt.Sprintf("%.0f%% of experts", frac*100), Res: res, BandwidthBps: (before + after) / 2}
+		if res.BytesPerToken > 0 {
+			row.IOLimitTokS = row.BandwidthBps / res.BytesPerToken
+			row.RatioToLimit = res.TokPerSec / row.IOLimitTokS
+			// How much of the I/O time hid behind compute: serial would be
+			// compute + io, perfect overlap max(compute, io).
+			io := 1e3 / row.IOLimitTokS
+			t := 1e3 / res.TokPerSec
+			row.IOMs, row.ComputeMs, row.TokenMs = io, computeMs, t
+			row.Overlap = max(0, min(1, (computeMs+io-t)/min(computeMs, io)))
+		}
+		row.RSSOverBudget = res.PeakRSS - res.Dense - res.Budget
+		row.RSSOverAlloc = res.PeakRSS - res.Dense - res.PeakAllocated
+		rows = append(rows, row)
+		fmt.Fprintf(os.Stderr, "decode %s done\n", row.Label)
+	}
+
+	// Prefill: the same budget (15% of the experts) for both.
+	pb := int64(float64(all) * 0.15)
+	var pre []*childResult
+	for _, ch := range []int{runner.DefaultPrefillChunk, 1} {
+		res, err := spawn(append([]string{"-child", "prefill", "-budget", fmt.Sprint(pb), "-chunk", fmt.Sprint(ch)}, base...)...)
+		if err != nil {
+			return err
+		}
+		pre = append(pre, res)
+		fmt.Fprintf(os.Stderr, "prefill chunk %d done\n", ch)
+	}
+
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
+			"io": ioName, "readers": readers, "gomaxprocs": goruntime.GOMAXPROCS(0), "decode": rows, "warm": warm, "prefill": pre,
+			"prefill_speedup": pre[0].TokPerSec / pre[1].TokPerSec})
+	}
+	mib := func(n float64) string { return fmt.Sprintf("%.0f MiB", n/(1<<20)) }
+	fmt.Printf("model: %d layers at Qwen3.5/3.6-35B-A3B per-layer dims, vocab %d, %d experts of %d B per layer (%s of experts), io %s, %d reads in flight, GOMAXPROCS %d\n",
+		layers, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
+	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
+	fmt.Printf("%-17s %9s %8s %11s %10s %11s %11s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "pread BW", "I/O limit", "decode", "vs limit", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
+	for _, r := range rows {
+		x := r.Res
+		limit, ratio := "-", "-"
+		if r.IOLimitTokS > 0 {
+			limit, ratio = fmt.Sprintf("%.2f tok/s", r.IOLimitTokS), fmt.Sprintf("%.2fx", r.RatioToLimit)
+		}
+		fmt.Printf("%-17s %9s %7.1f%% %11s %7.0f MB/s %11s %5.2f tok/s %8s %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+			mib(x.BytesPerToken), r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
+	}
+	fmt.Printf("%-17s %9s %7.1f%% %11s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
+		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
+	fmt.Println("(overlap: share of the shorter of compute and I/O time hidden behind the other; I/O limit: pread bandwidth / bytes read per token)")
+	fmt.Printf("(dense weights in RAM: %s; RSS-dense-B is peak RSS minus dense weights minus the cache budget)\n", mib(float64(rows[0].Res.Dense)))
+	fmt.Printf("\nprefill of %d tokens, cache %s, cold:\n", prompt, mib(float64(pb)))
+	for _, p := range pre {
+		label := fmt.Sprintf("chunks of %d", p.Chunk)
+		if p.Chunk == 1 {
+			label = "token by token"
+		}
+		fmt.Printf("  %-15s %7.2f tok/s (%6.1fs), %6d expert reads, %s read, hit rate %.1f%%\n", label, p.TokPerSec, p.Seconds, p.Loads, mib(float64(p.BytesRead)), 100*p.HitRate)
+	}
+	fmt.Printf("  speedup %.2fx (goal >= 4x)\n", pre[0].TokPerSec/pre[1].TokPerSec)
+	return nil
+}
+
+// writeModel generates the synthetic model and writes it as a container
+// with a tokenizer (the tiny models'; the benchmark feeds token ids).
+func writeModel(pack string, layers, vocab int) error {
+	d := synthetic.Real(layers, vocab)
+	d.Unique = 32
+	g, err := synthetic.Generate(d, 1)
+	if err != nil {
+		return err
+	}
+	if err := g.WriteContainer(pack); err != nil {
+		return err
+	}
+	tok, err := findTokenizer()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(tok)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(pack, "tokenizer.json"), data, 0o644)
+}
+
+// findTokenizer finds testdata/tiny/*/tokenizer.json from the working
+// directory upwards.
+func findTokenizer() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		m, _ := filepath.Glob(filepath.Join(dir, "testdata", "tiny", "*", "tokenizer.json"))
+		if len(m) > 0 {
+			sort.Strings(m)
+			return m[0], nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("testdata/tiny/*/tokenizer.json not found above the working directory: run from the repository")
+		}
+		dir = parent
+	}
+}
+
+func sampleParams() sample.Params { return sample.Params{Temperature: 1, Seed: 42} }
+
+func openDirectFile(path string) *os.File { return expertcache.OpenDirect(path) }
+
+// alignedBuf returns n bytes starting at an expertcache.Align boundary.
+func alignedBuf(n int64) []byte {
+	b := make([]byte, n+expertcache.Align)
+	off := int64(uintptr(unsafe.Pointer(&b[0])) % expertcache.Align)
+	if off != 0 {
+		off = expertcache.Align - off
+	}
+	return b[off : off+n]
+}
