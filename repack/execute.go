@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"log/slog"
 	"os"
@@ -37,12 +36,13 @@ type testHooks struct {
 // what the source said they must.
 type ShardMismatchError struct {
 	Shard    string
+	Kind     string // "sha256" or "git blob sha1"
 	Expected string
 	Got      string
 }
 
 func (e *ShardMismatchError) Error() string {
-	return fmt.Sprintf("source shard %s: sha256 %s, but the source says it is %s: the bytes received are not the published file (nothing was placed; rerun to fetch this shard again)", e.Shard, e.Got, e.Expected)
+	return fmt.Sprintf("source shard %s: %s %s, but the source says it is %s: the bytes received are not the published file (nothing was placed; rerun to fetch this shard again)", e.Shard, e.Kind, e.Got, e.Expected)
 }
 
 // executor streams the plan's ranges into a qpack Writer and keeps the
@@ -214,8 +214,9 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 // digestRange re-reads what range r wrote (in source order) and returns the
 // BLAKE3 of those bytes. When sha is not nil it is fed every byte of the
 // range in source order: written bytes re-read from the destinations, gap
-// bytes from the range's spill file.
-func (x *executor) digestRange(r srcRange, sha hash.Hash, buf []byte) (string, error) {
+// bytes from the range's spill file. Consecutive written pieces are
+// gathered into buf and each full buffer is hashed by both hashes at once.
+func (x *executor) digestRange(r srcRange, sha io.Writer, buf []byte) (string, error) {
 	b3 := blake3.New()
 	var hdr [32]byte
 	copy(hdr[:8], "qpackrng")
@@ -230,11 +231,31 @@ func (x *executor) digestRange(r srcRange, sha hash.Hash, buf []byte) (string, e
 			gap.Close()
 		}
 	}()
+	fill := 0 // bytes of buf holding written bytes not yet hashed
+	flush := func() {
+		if fill == 0 {
+			return
+		}
+		b := buf[:fill]
+		if sha != nil && fill >= 64<<10 {
+			done := make(chan struct{})
+			go func() { b3.Write(b); close(done) }()
+			sha.Write(b)
+			<-done
+		} else {
+			b3.Write(b)
+			if sha != nil {
+				sha.Write(b)
+			}
+		}
+		fill = 0
+	}
 	err := x.m.forEach(r, func(pc piece) error {
 		if pc.dst == dstGap {
 			if sha == nil {
 				return nil
 			}
+			flush()
 			if gap == nil {
 				f, err := os.Open(x.gapPath(r.id))
 				if err != nil {
@@ -254,14 +275,14 @@ func (x *executor) digestRange(r srcRange, sha hash.Hash, buf []byte) (string, e
 			return nil
 		}
 		for done := int64(0); done < pc.n; {
-			n := min(int64(len(buf)), pc.n-done)
-			if err := x.readPiece(pc, done, buf[:n]); err != nil {
+			if fill == len(buf) {
+				flush()
+			}
+			n := min(int64(len(buf)-fill), pc.n-done)
+			if err := x.readPiece(pc, done, buf[fill:fill+int(n)]); err != nil {
 				return err
 			}
-			b3.Write(buf[:n])
-			if sha != nil {
-				sha.Write(buf[:n])
-			}
+			fill += int(n)
 			done += n
 		}
 		return nil
@@ -269,6 +290,7 @@ func (x *executor) digestRange(r srcRange, sha hash.Hash, buf []byte) (string, e
 	if err != nil {
 		return "", err
 	}
+	flush()
 	return hex.EncodeToString(b3.Sum(nil)), nil
 }
 
@@ -385,31 +407,35 @@ func (x *executor) run(ctx context.Context, redo []srcRange) error {
 
 func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan struct{}) error {
 	buf := make([]byte, x.tile)
-	sha, err := x.j.hashAtFrontier()
-	if err != nil {
-		return err
+	var sha *shardHash
+	if x.j.Frontier < len(x.m.ranges) {
+		var err error
+		if sha, err = x.j.hashAtFrontier(x.shards[x.m.ranges[x.j.Frontier].shard]); err != nil {
+			return err
+		}
 	}
+	jw := newJournalWriter(x)
+	defer jw.close()
 	var (
 		dirty       bool
 		sinceCommit int64
 		lastCommit  = time.Now()
 		committed   int64
 	)
-	commit := func() error {
+	// commit hands a snapshot of the journal to the writer, which fsyncs
+	// the container's files and then replaces the journal, while the
+	// ranges after it go on.
+	commit := func() {
 		if !dirty {
-			return nil
+			return
 		}
-		if err := x.w.Sync(); err != nil {
-			return err
-		}
-		if err := x.j.write(x.partial); err != nil {
-			return err
+		if x.hooks != nil {
+			// Tests stop at exact frontiers: commit in line.
+			jw.writeNow(x.j.snapshot())
+		} else {
+			jw.submit(x.j.snapshot())
 		}
 		dirty, sinceCommit, lastCommit = false, 0, time.Now()
-		if x.hooks != nil && x.hooks.afterCommit != nil {
-			x.hooks.afterCommit(x.j.Frontier)
-		}
-		return nil
 	}
 	for _, jb := range jobs {
 		var ferr error
@@ -418,9 +444,13 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 		case <-ctx.Done():
 			ferr = ctx.Err()
 		}
+		if err := jw.error(); err != nil && ferr == nil {
+			ferr = err
+		}
 		if ferr != nil {
 			// Keep what is complete.
-			if cerr := commit(); cerr != nil {
+			commit()
+			if cerr := jw.close(); cerr != nil {
 				x.log.Warn("could not save the journal", "err", cerr)
 			}
 			return ferr
@@ -448,19 +478,28 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 			x.j.Frontier++
 			last := x.j.Frontier == len(x.m.ranges) || x.m.ranges[x.j.Frontier].shard != r.shard
 			if last {
-				got := hex.EncodeToString(sha.Sum(nil))
 				sh := x.shards[r.shard]
-				if want := sh.SHA256(); want != "" && got != want {
+				got := hex.EncodeToString(sha.sha.Sum(nil))
+				kind, want, gotW := "sha256", sh.SHA256(), got
+				if sha.blob != nil {
+					kind, want, gotW = "git blob sha1", sh.(gitBlobShard).GitBlobSHA1(), hex.EncodeToString(sha.blob.Sum(nil))
+				}
+				if want != "" && gotW != want {
 					// Forget this shard so a rerun fetches it again.
+					jw.close()
 					x.resetShard(r.shard)
 					if err := x.j.write(x.partial); err != nil {
 						x.log.Warn("could not save the journal", "err", err)
 					}
-					return &ShardMismatchError{Shard: sh.Name(), Expected: want, Got: got}
+					return &ShardMismatchError{Shard: sh.Name(), Kind: kind, Expected: want, Got: gotW}
 				}
 				x.j.ShardSHA256 = append(x.j.ShardSHA256, got)
-				sha.Reset()
-				x.j.HashState = ""
+				if err := x.j.setHashState(nil); err != nil {
+					return err
+				}
+				if x.j.Frontier < len(x.m.ranges) {
+					sha = newShardHash(x.shards[x.m.ranges[x.j.Frontier].shard])
+				}
 			} else if err := x.j.setHashState(sha); err != nil {
 				return err
 			}
@@ -473,12 +512,100 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 			x.progress(committed, r.firstLayer)
 		}
 		if sinceCommit >= x.commitBytes || time.Since(lastCommit) >= x.commitEvery {
-			if err := commit(); err != nil {
-				return err
-			}
+			commit()
 		}
 	}
-	return commit()
+	commit()
+	return jw.close()
+}
+
+// journalWriter makes journal commits in the background: each fsyncs the
+// container's files, then atomically replaces the journal with a snapshot
+// taken after the ranges it records were written. A snapshot still waiting
+// when a newer one arrives is dropped.
+type journalWriter struct {
+	x       *executor
+	wmu     sync.Mutex // serializes writes
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending *journal
+	closed  bool
+	err     error
+	done    chan struct{}
+}
+
+func newJournalWriter(x *executor) *journalWriter {
+	jw := &journalWriter{x: x, done: make(chan struct{})}
+	jw.cond = sync.NewCond(&jw.mu)
+	go jw.loop()
+	return jw
+}
+
+func (jw *journalWriter) loop() {
+	defer close(jw.done)
+	for {
+		jw.mu.Lock()
+		for jw.pending == nil && !jw.closed {
+			jw.cond.Wait()
+		}
+		snap := jw.pending
+		jw.pending = nil
+		closed := jw.closed
+		jw.mu.Unlock()
+		if snap == nil && closed {
+			return
+		}
+		jw.write(snap)
+	}
+}
+
+func (jw *journalWriter) write(snap *journal) {
+	jw.wmu.Lock()
+	defer jw.wmu.Unlock()
+	err := jw.x.w.Sync()
+	if err == nil {
+		err = snap.write(jw.x.partial)
+	}
+	jw.mu.Lock()
+	if err != nil && jw.err == nil {
+		jw.err = err
+	}
+	jw.mu.Unlock()
+	if err == nil && jw.x.hooks != nil && jw.x.hooks.afterCommit != nil {
+		jw.x.hooks.afterCommit(snap.Frontier)
+	}
+}
+
+// writeNow commits snap before returning.
+func (jw *journalWriter) writeNow(snap *journal) {
+	jw.mu.Lock()
+	jw.pending = nil
+	jw.mu.Unlock()
+	jw.write(snap)
+}
+
+func (jw *journalWriter) submit(j *journal) {
+	jw.mu.Lock()
+	jw.pending = j
+	jw.cond.Signal()
+	jw.mu.Unlock()
+}
+
+func (jw *journalWriter) error() error {
+	jw.mu.Lock()
+	defer jw.mu.Unlock()
+	return jw.err
+}
+
+// close writes what is pending, stops the writer and returns its first
+// error. It may be called more than once.
+func (jw *journalWriter) close() error {
+	jw.mu.Lock()
+	jw.closed = true
+	jw.cond.Signal()
+	jw.mu.Unlock()
+	<-jw.done
+	return jw.error()
 }
 
 // resetShard drops the journal's record of shard s (all its ranges are
@@ -499,7 +626,7 @@ func (x *executor) resetShard(s int) {
 	if len(x.j.ShardSHA256) > s {
 		x.j.ShardSHA256 = x.j.ShardSHA256[:s]
 	}
-	x.j.HashState = ""
+	x.j.HashState, x.j.BlobState = "", ""
 }
 
 var errStopped = errors.New("stopped by a test hook")

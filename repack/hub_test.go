@@ -223,3 +223,52 @@ func TestHubFaults(t *testing.T) {
 		})
 	}
 }
+
+// Shards stored as regular git files (no LFS) are checked against their git
+// blob id, also across a resume in the middle of a shard.
+func TestHubGitBlobShards(t *testing.T) {
+	name := "qwen3_next-q4g64"
+	src := variant(t, name)
+	files := repoFiles(t, src)
+	for i := range files {
+		files[i].LFS = false
+	}
+	s := newHub(t, hubtest.Config{})
+	repo := "org/" + name
+	s.MustAddRepo(repo, files, hubtest.RepoOptions{})
+	ref := filepath.Join(t.TempDir(), "ref.qpack")
+	runDir(t, src, ref, nil)
+
+	out := filepath.Join(t.TempDir(), name+".qpack")
+	mod, ctx := stopAt(7)
+	o := hubOpts(s, repo, out)
+	mod(&o)
+	if _, err := Run(ctx, o); err == nil {
+		t.Fatal("the stopped run finished")
+	}
+	data, _ := os.ReadFile(filepath.Join(out+".partial", JournalName))
+	var j journal
+	json.Unmarshal(data, &j)
+	if j.BlobState == "" || j.HashState == "" {
+		t.Fatalf("journal after a stop mid-shard has no blob hash state: %s", data)
+	}
+	res, err := Run(context.Background(), hubOpts(s, repo, out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range res.Shards {
+		if !sh.Verified {
+			t.Errorf("%s not verified", sh.Name)
+		}
+	}
+	sameContainer(t, ref, out, true)
+
+	// Wrong bytes are caught by the blob id.
+	s.Inject(hubtest.Fault{Kind: hubtest.FaultWrongBytes, Route: hubtest.RouteResolve, Path: "model-00002-of-00002.safetensors", Skip: 3, Times: -1})
+	out2 := filepath.Join(t.TempDir(), "again.qpack")
+	_, err = Run(context.Background(), hubOpts(s, repo, out2))
+	if err == nil || !strings.Contains(err.Error(), "git blob sha1") || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") {
+		t.Fatalf("err = %v", err)
+	}
+	mustNotExist(t, out2)
+}

@@ -30,7 +30,11 @@ type hubShard struct {
 	f      *hfhub.RemoteFile
 	name   string
 	sha256 string
+	blobID string // for a regular (non-LFS) file: its git blob sha1
 }
+
+// GitBlobSHA1 returns the git blob id a non-LFS shard must hash to.
+func (s *hubShard) GitBlobSHA1() string { return s.blobID }
 
 func (s *hubShard) ReadAt(p []byte, off int64) (int, error) { return s.f.ReadAt(p, off) }
 func (s *hubShard) Name() string                            { return s.name }
@@ -92,6 +96,8 @@ func (s *HubSource) openShards(ctx context.Context) error {
 		sh := &hubShard{f: f, name: n}
 		if fi.LFS != nil {
 			sh.sha256 = fi.LFS.SHA256
+		} else {
+			sh.blobID = fi.BlobID
 		}
 		s.shards = append(s.shards, sh)
 	}

@@ -1,6 +1,7 @@
 package repack
 
 import (
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding"
 	"encoding/base64"
@@ -54,6 +55,10 @@ type journal struct {
 	// HashState is the sha256 midstate of the shard the frontier is in,
 	// covering its bytes before the frontier range ("" at a shard start).
 	HashState string `json:"hashState,omitempty"`
+	// BlobState is the same for the git blob sha1 of that shard, kept only
+	// when the source publishes a git blob id rather than a sha256 for it
+	// (a regular, non-LFS file on the Hub).
+	BlobState string `json:"blobState,omitempty"`
 }
 
 func newJournal(fp string, rangeSize int64, ident string, ranges int) *journal {
@@ -90,7 +95,7 @@ func readJournal(partial string, m *layoutMap) (*journal, error) {
 // check validates the journal's internal consistency against the map (its
 // identity fields are compared by the caller, which knows what they should
 // be).
-func (j *journal) check(m *layoutMap) error {
+func (j *journal) check(m *layoutMap, shards []Shard) error {
 	if j.Ranges != len(m.ranges) {
 		return fmt.Errorf("it records %d ranges, the plan has %d", j.Ranges, len(m.ranges))
 	}
@@ -122,42 +127,102 @@ func (j *journal) check(m *layoutMap) error {
 		return fmt.Errorf("hash state present=%v where the frontier is mid-shard=%v", j.HashState != "", midShard)
 	}
 	if midShard {
-		if _, err := j.hashAtFrontier(); err != nil {
+		sh := shards[m.ranges[j.Frontier].shard]
+		if _, err := j.hashAtFrontier(sh); err != nil {
+			return err
+		}
+	} else if j.BlobState != "" {
+		return fmt.Errorf("blob hash state at a shard start")
+	}
+	return nil
+}
+
+// hashAtFrontier returns the hashes of the frontier's shard continued from
+// the recorded midstates (fresh ones at a shard start; the git blob hash
+// only for a shard that needs it).
+func (j *journal) hashAtFrontier(sh Shard) (*shardHash, error) {
+	h := newShardHash(sh)
+	if j.HashState == "" {
+		if j.BlobState != "" {
+			return nil, fmt.Errorf("blob hash state without a sha256 state")
+		}
+		return h, nil
+	}
+	if err := unmarshalState(h.sha, j.HashState); err != nil {
+		return nil, fmt.Errorf("hash state: %v", err)
+	}
+	if (h.blob != nil) != (j.BlobState != "") {
+		return nil, fmt.Errorf("blob hash state present=%v for a shard that needs one=%v", j.BlobState != "", h.blob != nil)
+	}
+	if h.blob != nil {
+		if err := unmarshalState(h.blob, j.BlobState); err != nil {
+			return nil, fmt.Errorf("blob hash state: %v", err)
+		}
+	}
+	return h, nil
+}
+
+func unmarshalState(h hash.Hash, s string) error {
+	st, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(st) > 1024 {
+		return fmt.Errorf("not valid base64")
+	}
+	return h.(encoding.BinaryUnmarshaler).UnmarshalBinary(st)
+}
+
+func marshalState(h hash.Hash) (string, error) {
+	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(st), nil
+}
+
+// setHashState records h's midstates (nil: at a shard start).
+func (j *journal) setHashState(h *shardHash) error {
+	j.HashState, j.BlobState = "", ""
+	if h == nil {
+		return nil
+	}
+	var err error
+	if j.HashState, err = marshalState(h.sha); err != nil {
+		return err
+	}
+	if h.blob != nil {
+		if j.BlobState, err = marshalState(h.blob); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// hashAtFrontier returns the sha256 of the frontier's shard continued from
-// the recorded midstate (a fresh one at a shard start).
-func (j *journal) hashAtFrontier() (hash.Hash, error) {
-	h := sha256.New()
-	if j.HashState == "" {
-		return h, nil
-	}
-	st, err := base64.StdEncoding.DecodeString(j.HashState)
-	if err != nil || len(st) > 1024 {
-		return nil, fmt.Errorf("hash state is not valid base64")
-	}
-	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(st); err != nil {
-		return nil, fmt.Errorf("hash state: %v", err)
-	}
-	return h, nil
+// shardHash hashes a shard's bytes in order: always sha256, plus the git
+// blob sha1 when the source published a blob id instead of a sha256.
+type shardHash struct {
+	sha, blob hash.Hash
 }
 
-// setHashState records h's midstate.
-func (j *journal) setHashState(h hash.Hash) error {
-	if h == nil {
-		j.HashState = ""
-		return nil
+// gitBlobShard is implemented by shards whose published hash is a git blob
+// id.
+type gitBlobShard interface {
+	GitBlobSHA1() string
+}
+
+func newShardHash(sh Shard) *shardHash {
+	h := &shardHash{sha: sha256.New()}
+	if g, ok := sh.(gitBlobShard); ok && g.GitBlobSHA1() != "" && sh.SHA256() == "" {
+		h.blob = sha1.New()
+		fmt.Fprintf(h.blob, "blob %d\x00", sh.Size())
 	}
-	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
-	if err != nil {
-		return err
+	return h
+}
+
+func (h *shardHash) Write(p []byte) (int, error) {
+	h.sha.Write(p)
+	if h.blob != nil {
+		h.blob.Write(p)
 	}
-	j.HashState = base64.StdEncoding.EncodeToString(st)
-	return nil
+	return len(p), nil
 }
 
 // write replaces the journal atomically (temp file, fsync, rename, fsync of
@@ -198,4 +263,12 @@ func removeJournal(partial string) error {
 		return nil
 	}
 	return err
+}
+
+// snapshot returns a copy of j that later changes to j do not touch.
+func (j *journal) snapshot() *journal {
+	c := *j
+	c.Digests = append([]string(nil), j.Digests...)
+	c.ShardSHA256 = append([]string(nil), j.ShardSHA256...)
+	return &c
 }

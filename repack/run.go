@@ -286,7 +286,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 			log.Info("the container is already complete", "output", o.Output)
 			res.AlreadyComplete = true
 			res.Manifest = m
-			fillShardResults(res, plan, m.Ext.Source.Shards)
+			fillShardResults(res, plan, m.Ext.Source.Shards, nil)
 			res.OutputBytes = filesBytes(m)
 			res.Seconds = time.Since(start).Seconds()
 			if _, err := os.Lstat(partial); err == nil {
@@ -329,7 +329,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 				if why := j.mismatch(fp, rangeSize, ident); why != "" {
 					return nil, fmt.Errorf("%s holds a partial repack of %s; rerun with --discard-partial to throw it away and start over", partial, why)
 				}
-				if err := j.check(m); err != nil {
+				if err := j.check(m, src.Shards()); err != nil {
 					return nil, fmt.Errorf("resume journal %s is inconsistent (%v); rerun with --discard-partial to start over", journalPath(partial), err)
 				}
 				resume = true
@@ -432,6 +432,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 			o.OnProgress(Progress{Phase: "copy", Done: srcDone + done, Total: srcTotal, Layer: layer})
 		}
 	}
+	copyStart := time.Now()
 	if err := x.run(ctx, redo); err != nil {
 		res.FetchedBytes = x.fetched.Load()
 		return nil, err
@@ -452,13 +453,16 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 	for i, s := range plan.Shards {
 		info.Shards[i] = qpack.Shard{Name: s.Name, Size: s.Size, SHA256: j.ShardSHA256[i]}
 	}
+	log.Debug("ranges copied", "seconds", time.Since(copyStart).Seconds(), "bytes", x.fetched.Load())
 	closeW = false
+	finishStart := time.Now()
 	man, err := w.Finish(manifestInfo(plan, info, o.ToolVersion))
 	if err != nil {
 		return nil, err
 	}
+	log.Debug("container finished", "seconds", time.Since(finishStart).Seconds())
 	res.Manifest = man
-	fillShardResults(res, plan, info.Shards)
+	fillShardResults(res, plan, info.Shards, src.Shards())
 	res.OutputBytes = filesBytes(man)
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
@@ -476,12 +480,19 @@ func manifestInfo(plan *Plan, info qpack.Source, tool string) qpack.ManifestInfo
 	return mi
 }
 
-func fillShardResults(res *Result, plan *Plan, shards []qpack.Shard) {
+// fillShardResults reports the shards; src (nil when nothing was streamed)
+// says which had a published hash that their bytes were checked against.
+func fillShardResults(res *Result, plan *Plan, shards []qpack.Shard, src []Shard) {
 	res.Shards = make([]ShardResult, len(shards))
 	for i, s := range shards {
 		res.Shards[i] = ShardResult{Name: s.Name, Size: s.Size, SHA256: s.SHA256}
 		if i < len(plan.Shards) && plan.Shards[i].SHA256 != "" && plan.Shards[i].SHA256 == s.SHA256 {
 			res.Shards[i].Verified = true
+		}
+		if i < len(src) {
+			if g, ok := src[i].(gitBlobShard); ok && g.GitBlobSHA1() != "" {
+				res.Shards[i].Verified = true
+			}
 		}
 	}
 }
@@ -577,7 +588,7 @@ func placeFinished(partial string, o Options, plan *Plan, src Source, res *Resul
 	}
 	res.Manifest = m
 	res.Resumed = true
-	fillShardResults(res, plan, m.Ext.Source.Shards)
+	fillShardResults(res, plan, m.Ext.Source.Shards, nil)
 	res.OutputBytes = filesBytes(m)
 	res.RangesReused = res.Ranges
 	res.Seconds = time.Since(start).Seconds()
