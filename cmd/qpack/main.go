@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -66,7 +67,8 @@ func newApp() *cli.App {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newApp().RunContext(ctx, os.Args)
+	app := newApp()
+	err := app.RunContext(ctx, interspersedArgs(app, os.Args))
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "qpack:", err)
@@ -77,3 +79,64 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// interspersedArgs moves a command's flags in front of its positional
+// arguments, so `qpack inspect X.qpack --json` works like
+// `qpack inspect --json X.qpack` (urfave/cli v2 stops parsing flags at the
+// first positional argument). Only flags the command defines are moved; a
+// flag that takes a value takes the next argument with it unless written
+// as --name=value. "--" ends flag parsing as usual.
+func interspersedArgs(app *cli.App, args []string) []string {
+	if len(args) < 3 {
+		return args
+	}
+	// Global flags come before the command name.
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		i++
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, pos []string
+	rest := args[i+1:]
+	for j := 0; j < len(rest); j++ {
+		a := rest[j]
+		if a == "--" {
+			pos = append(pos, rest[j:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		hasValue := strings.Contains(name, "=")
+		name, _, _ = strings.Cut(name, "=")
+		tv, known := takesValue[name]
+		if !known {
+			pos = append(pos, a) // let the command report it
+			continue
+		}
+		flags = append(flags, a)
+		if tv && !hasValue && j+1 < len(rest) {
+			flags = append(flags, rest[j+1])
+			j++
+		}
+	}
+	out := append([]string{}, args[:i+1]...)
+	out = append(out, flags...)
+	return append(out, pos...)
+}
+
