@@ -47,6 +47,13 @@ type DeepOptions struct {
 	BlockSize int
 }
 
+// Container reads of a deep check: slices are compared in pieces of at
+// most comparePiece bytes by compareWorkers goroutines per shard.
+const (
+	comparePiece   = 1 << 20
+	compareWorkers = 8
+)
+
 // DeepReport is what a deep check did.
 type DeepReport struct {
 	Source          string       `json:"source"`
@@ -95,6 +102,30 @@ type segment struct {
 }
 
 func (s *segment) end() int64 { return s.srcOff + s.n }
+
+// mismatches collects the differences found, per segment; safe for
+// concurrent use.
+type mismatches struct {
+	mu sync.Mutex
+	m  map[*segment]*mismatch
+}
+
+func newMismatches() *mismatches { return &mismatches{m: map[*segment]*mismatch{}} }
+
+func (ms *mismatches) record(s *segment, first, count int64, err error) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	m := ms.m[s]
+	if m == nil {
+		m = &mismatch{first: first}
+		ms.m[s] = m
+	}
+	m.first = min(m.first, first)
+	m.count += count
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+}
 
 // mismatch accumulates the differences found in one segment.
 type mismatch struct {
@@ -496,6 +527,11 @@ func (c *containerFiles) get(p string) (*os.File, error) {
 		c.errs[p] = err
 		return nil, err
 	}
+	if !c.v.o.KeepCache {
+		// Slices are read in source order, scattered over the file: no
+		// read-ahead, which would fetch (and drop) bytes read later.
+		adviseRandom(f)
+	}
 	c.files[p] = f
 	return f, nil
 }
@@ -508,20 +544,9 @@ func (c *containerFiles) close() {
 
 // compare checks src (source bytes for segment bytes [at, at+len(src)))
 // against the container, reading into scratch.
-func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratch []byte, mm map[*segment]*mismatch) {
+func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratch []byte, ms *mismatches) {
 	f, err := cf.get(s.file)
-	record := func(first, count int64, err error) {
-		m := mm[s]
-		if m == nil {
-			m = &mismatch{first: first}
-			mm[s] = m
-		}
-		m.first = min(m.first, first)
-		m.count += count
-		if err != nil && m.err == nil {
-			m.err = err
-		}
-	}
+	record := func(first, count int64, err error) { ms.record(s, first, count, err) }
 	if err != nil {
 		record(at, 0, err)
 		return
@@ -560,7 +585,8 @@ func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratc
 
 // report turns the mismatches of one shard into problems. When the
 // shard failed its hash check the source is at fault, not the container.
-func (v *verifier) reportMismatches(shard string, mm map[*segment]*mismatch, hashStatus string) {
+func (v *verifier) reportMismatches(shard string, ms *mismatches, hashStatus string) {
+	mm := ms.m
 	segs := make([]*segment, 0, len(mm))
 	for s := range mm {
 		segs = append(segs, s)
@@ -732,10 +758,30 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 			release(b)
 		}
 	}()
-	mm := map[*segment]*mismatch{}
+	// The comparer hands every slice of a block (cut to at most
+	// comparePiece bytes) to a pool, so many container reads are in
+	// flight at once, and releases the block when all are done.
+	ms := newMismatches()
+	type task struct {
+		s   *segment
+		at  int64
+		src []byte
+	}
+	tasks := make(chan task, 2*compareWorkers)
+	var twg sync.WaitGroup
+	for i := 0; i < compareWorkers; i++ {
+		go func() {
+			scratch := make([]byte, comparePiece)
+			for t := range tasks {
+				v.compare(cf, t.s, t.at, t.src, scratch, ms)
+				compared.Add(int64(len(t.src)))
+				twg.Done()
+			}
+		}()
+	}
 	go func() {
 		defer cwg.Done()
-		scratch := make([]byte, min(bs, 4<<20))
+		defer close(tasks)
 		next := 0
 		for b := range cmpCh {
 			bo, be := b.off, b.off+int64(b.n)
@@ -745,12 +791,13 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 			for i := next; i < len(segs) && segs[i].srcOff < be; i++ {
 				s := &segs[i]
 				a, e := max(bo, s.srcOff), min(be, s.end())
-				if a >= e {
-					continue
+				for ; a < e; a += comparePiece {
+					n := min(comparePiece, e-a)
+					twg.Add(1)
+					tasks <- task{s, a - s.srcOff, b.buf[a-bo : a-bo+n]}
 				}
-				v.compare(cf, s, a-s.srcOff, b.buf[a-bo:e-bo], scratch, mm)
-				compared.Add(e - a)
 			}
+			twg.Wait()
 			release(b)
 		}
 	}()
@@ -796,7 +843,7 @@ dispatch:
 				Message: fmt.Sprintf("%s %s, %s says %s: the source shard is damaged or not the one recorded", e.Kind, e.Got, e.From, e.Hex)})
 		}
 	}
-	v.reportMismatches(sh.Name, mm, check.Status)
+	v.reportMismatches(sh.Name, ms, check.Status)
 	return nil
 }
 
@@ -825,10 +872,9 @@ func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]seg
 	defer cancel(nil)
 	workers := v.o.Deep.Prefetch * v.o.Deep.Shards
 	ch := make(chan item)
-	var mu sync.Mutex
-	mms := make([]map[*segment]*mismatch, len(perShard))
+	mms := make([]*mismatches, len(perShard))
 	for i := range mms {
-		mms[i] = map[*segment]*mismatch{}
+		mms[i] = newMismatches()
 	}
 	var wg sync.WaitGroup
 	chunk := int64(v.o.Deep.BlockSize)
@@ -839,7 +885,6 @@ func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]seg
 			var buf, scratch []byte
 			for it := range ch {
 				sh, s := src.Shards[it.shard], it.seg
-				local := map[*segment]*mismatch{}
 				for at := int64(0); at < s.n; at += chunk {
 					n := min(chunk, s.n-at)
 					if int64(cap(buf)) < n {
@@ -853,14 +898,9 @@ func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]seg
 						cancel(fmt.Errorf("source %s: byte %d: %w", sh.Name, s.srcOff+at+int64(got), err))
 						break
 					}
-					v.compare(cf, s, at, buf[:n], scratch[:n], local)
+					v.compare(cf, s, at, buf[:n], scratch[:n], mms[it.shard])
 					done.Add(n)
 				}
-				mu.Lock()
-				for k, m := range local {
-					mms[it.shard][k] = m
-				}
-				mu.Unlock()
 			}
 		}()
 	}

@@ -20,6 +20,8 @@ func adviseSequential(f *os.File) {
 	_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_NOCACHE, 1) })
 }
 
+func adviseRandom(f *os.File) { adviseSequential(f) }
+
 func dropCache(*os.File, int64, int64) {}
 
 func willNeed(*os.File, int64, int64) {}

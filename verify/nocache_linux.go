@@ -20,6 +20,10 @@ func adviseSequential(f *os.File) {
 	withFd(f, func(fd int) { _ = unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL) })
 }
 
+func adviseRandom(f *os.File) {
+	withFd(f, func(fd int) { _ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM) })
+}
+
 func dropCache(f *os.File, off, n int64) {
 	withFd(f, func(fd int) { _ = unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) })
 }

@@ -8,6 +8,8 @@ import "os"
 
 func adviseSequential(*os.File) {}
 
+func adviseRandom(*os.File) {}
+
 func dropCache(*os.File, int64, int64) {}
 
 func willNeed(*os.File, int64, int64) {}
