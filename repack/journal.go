@@ -71,9 +71,9 @@ var errNoJournal = errors.New("no journal")
 
 func journalPath(partial string) string { return filepath.Join(partial, JournalName) }
 
-// readJournal loads and validates the journal of partial against the
-// layout map m (for the range count and shard boundaries).
-func readJournal(partial string, m *layoutMap) (*journal, error) {
+// readJournal loads the journal of partial (errNoJournal when there is
+// none); its consistency is checked by check.
+func readJournal(partial string) (*journal, error) {
 	p := journalPath(partial)
 	data, err := readFileMax(p, maxJournalSize)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -82,12 +82,20 @@ func readJournal(partial string, m *layoutMap) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resume journal: %w", err)
 	}
+	return parseJournal(data, p)
+}
+
+// parseJournal decodes a journal (bounded by maxJournalSize).
+func parseJournal(data []byte, name string) (*journal, error) {
+	if len(data) > maxJournalSize {
+		return nil, fmt.Errorf("resume journal %s: larger than %d bytes", name, maxJournalSize)
+	}
 	var j journal
 	if err := json.Unmarshal(data, &j); err != nil {
-		return nil, fmt.Errorf("resume journal %s: %v", p, err)
+		return nil, fmt.Errorf("resume journal %s: %v", name, err)
 	}
 	if j.Version != journalVersion {
-		return nil, fmt.Errorf("resume journal %s: version %d, this tool writes %d", p, j.Version, journalVersion)
+		return nil, fmt.Errorf("resume journal %s: version %d, this tool writes %d", name, j.Version, journalVersion)
 	}
 	return &j, nil
 }

@@ -307,7 +307,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 				return nil, err
 			}
 		} else {
-			j, err = readJournal(partial, m)
+			j, err = readJournal(partial)
 			switch {
 			case errors.Is(err, errNoJournal):
 				if _, merr := os.Lstat(filepath.Join(partial, qpack.ManifestName)); merr == nil {
