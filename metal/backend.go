@@ -44,6 +44,9 @@ type Backend struct {
 	counts  map[string]int64 // launches per kernel
 	err     error
 	closed  bool
+	// minStage is the smallest staging buffer allocated (the shim tests
+	// lower it: the shim copies whole buffers through a pipe).
+	minStage int
 }
 
 // Stats counts what a Backend did.
@@ -75,7 +78,7 @@ func New() (*Backend, error) {
 }
 
 func newBackend(dev device, lib *library) *Backend {
-	return &Backend{dev: dev, lib: lib}
+	return &Backend{dev: dev, lib: lib, minStage: stageMin}
 }
 
 // Name describes the device, e.g. "Apple M2 Pro".
@@ -319,7 +322,7 @@ func (b *Backend) ensureStage(need int) error {
 	if b.stage != nil && len(b.stage.mem) >= need {
 		return nil
 	}
-	size := stageMin
+	size := b.minStage
 	if b.stage != nil {
 		size = max(size, 2*len(b.stage.mem))
 		b.dev.free(b.stage)

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
@@ -15,6 +18,17 @@ import (
 // (metal_darwin_test.go). Every kernel is compared with an independent
 // float64 Go reference written here (and, where the runtime has one, with
 // the CPU backend) on random inputs, with a tolerance per kernel.
+
+// failOnFallback makes t fail if any runtime.Backend call of b fell back to
+// the CPU during t (a device error, which the fallback would hide).
+func failOnFallback(t *testing.T, b *Backend) {
+	before := b.Stats().Fallbacks
+	t.Cleanup(func() {
+		if n := b.Stats().Fallbacks - before; n > 0 {
+			t.Errorf("%d calls fell back to the CPU after a device error: %v", n, b.Err())
+		}
+	})
+}
 
 func randF32(r *rand.Rand, n int, scale float64) []float32 {
 	x := make([]float32, n)
@@ -177,7 +191,6 @@ func testGEMV(t *testing.T, b *Backend) {
 		t.Fatalf("device error (results came from the CPU fallback): %v", err)
 	}
 }
-
 
 func must(t *testing.T, err error) {
 	t.Helper()
@@ -531,8 +544,11 @@ func testElementwise(t *testing.T, b *Backend) {
 	})
 }
 
-func TestKernels(t *testing.T) {
-	b := kernelTestBackend(t)
+func TestKernels(t *testing.T) { runKernelCases(t, kernelTestBackend(t)) }
+
+// runKernelCases runs every kernel case on b, then checks that every kernel
+// of the Metal library ran.
+func runKernelCases(t *testing.T, b *Backend) {
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, b) })
 	t.Run("norms", func(t *testing.T) { testNorms(t, b) })
 	t.Run("rope", func(t *testing.T) { testRoPE(t, b) })
@@ -558,3 +574,191 @@ func TestKernels(t *testing.T) {
 
 // untestedKernels are kernels the tests cannot run (named in README.md).
 var untestedKernels = map[string]bool{}
+
+// place copies the matrix's three arrays into buf at off (weight), then the
+// scales and biases right after, and returns the matrix over buf.
+func placeMatrix(t *testing.T, w mlxq.Matrix, buf []byte, off int) mlxq.Matrix {
+	t.Helper()
+	n := copy(buf[off:], w.Weight)
+	s0 := off + n
+	copy(buf[s0:], w.Scales)
+	b0 := s0 + len(w.Scales)
+	copy(buf[b0:], w.Biases)
+	m, err := mlxq.NewQuantized(w.Rows, w.Cols, w.Bits, w.GroupSize, w.Type,
+		buf[off:s0], buf[s0:b0], buf[b0:b0+len(w.Biases)])
+	must(t, err)
+	return m
+}
+
+func TestBackendMemory(t *testing.T) {
+	b := kernelTestBackend(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	const rows, cols = 24, 256
+	q4 := randMatrix(t, r, rows, cols, 4, 64, mlxq.BF16)
+	q3 := randMatrix(t, r, rows, cols, 3, 64, mlxq.BF16)
+	mem, err := b.Alloc(64 << 10)
+	must(t, err)
+	defer func() { must(t, b.Free(mem)) }()
+	xs, err := b.AllocFloat32(2 * cols)
+	must(t, err)
+	defer func() { must(t, b.FreeFloat32(xs)) }()
+	copy(xs, randF32(r, 2*cols, 1))
+	x, y := xs[:cols], xs[cols:cols+rows]
+
+	run := func(t *testing.T, w mlxq.Matrix, y []float32, stagedWeights bool) {
+		t.Helper()
+		before := b.Stats()
+		b.MatMul(w, y, x, 1)
+		after := b.Stats()
+		want, mag := refMatMul(w, x, 1)
+		closeTo(t, "y", y, want, mag, 2e-6, 1e-6)
+		staged := after.StagedBytes - before.StagedBytes
+		if stagedWeights != (staged >= int64(len(w.Weight))) {
+			t.Errorf("staged %d bytes; weights (%d bytes) staged = %v, want %v", staged, len(w.Weight), !stagedWeights, stagedWeights)
+		}
+		if !stagedWeights && staged != 0 {
+			t.Errorf("%d bytes were copied, want zero copy", staged)
+		}
+	}
+	// 2-byte but not 4-byte aligned: the GPU reads the words in place, as
+	// two 16-bit loads (a 32-bit load here aborts the sanitized shim).
+	t.Run("q4_2byte_aligned_in_place", func(t *testing.T) { run(t, placeMatrix(t, q4, mem, 2), y, false) })
+	t.Run("q4_odd_offset_staged", func(t *testing.T) { run(t, placeMatrix(t, q4, mem, 4097), y, true) })
+	t.Run("q3_odd_offset_in_place", func(t *testing.T) {
+		w := placeMatrix(t, q3, mem, 8193)
+		// The scales follow at an odd offset too: those must be staged, the
+		// bytewise 3-bit weights need not be.
+		before := b.Stats()
+		b.MatMul(w, y, x, 1)
+		want, mag := refMatMul(w, x, 1)
+		closeTo(t, "y", y, want, mag, 2e-6, 1e-6)
+		if got := b.Stats().StagedBytes - before.StagedBytes; got != int64(2*len(w.Scales)) {
+			t.Errorf("staged %d bytes, want the scales and biases only (%d)", got, 2*len(w.Scales))
+		}
+	})
+	t.Run("output_aliasing_input_is_staged", func(t *testing.T) {
+		// y overlaps x: the product must still see the original x.
+		w := placeMatrix(t, q4, mem, 0)
+		x0 := append([]float32(nil), x...)
+		want, mag := refMatMul(w, x0, 1)
+		b.MatMul(w, xs[cols-8:cols-8+rows], x, 1)
+		closeTo(t, "y", xs[cols-8:], want, mag, 2e-6, 1e-6)
+		copy(x, x0)
+	})
+	t.Run("pread_expert_into_shared_memory", func(t *testing.T) {
+		// An expert blob on disk, read with one positional read into Alloc
+		// memory and used in place.
+		blob := make([]byte, 16384)
+		w := placeMatrix(t, q4, blob, 0)
+		path := t.TempDir() + "/layer_00.bin"
+		must(t, os.WriteFile(path, append(make([]byte, 16384), blob...), 0o644))
+		f, err := os.Open(path)
+		must(t, err)
+		defer f.Close()
+		slot, err := b.Alloc(len(blob))
+		must(t, err)
+		defer func() { must(t, b.Free(slot)) }()
+		_, err = f.ReadAt(slot, 16384)
+		must(t, err)
+		dw, err := mlxq.NewQuantized(w.Rows, w.Cols, w.Bits, w.GroupSize, w.Type,
+			slot[:len(w.Weight)], slot[len(w.Weight):len(w.Weight)+len(w.Scales)], slot[len(w.Weight)+len(w.Scales):len(w.Weight)+2*len(w.Scales)])
+		must(t, err)
+		run(t, dw, y, false)
+	})
+	t.Run("free_errors", func(t *testing.T) {
+		if err := b.Free(make([]byte, 8)); err == nil {
+			t.Error("Free of Go memory succeeded")
+		}
+		if _, err := b.Alloc(0); err == nil {
+			t.Error("Alloc(0) succeeded")
+		}
+	})
+}
+
+func TestOpsErrors(t *testing.T) {
+	b := kernelTestBackend(t)
+	x := make([]float32, 64)
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"RMSNormRows short x", b.RMSNormRows(x, x[:10], x[:16], 2, 16, 16, 16, 1e-6)},
+		{"RMSNormRows stride", b.RMSNormRows(x, x, x[:16], 2, 16, 8, 16, 1e-6)},
+		{"GatedRMSNorm rows", b.GatedRMSNorm(x, x[:10], x, x[:16], 1e-6)},
+		{"L2NormRows dim", b.L2NormRows(x, x, 0, 1e-6, 1)},
+		{"RoPE table", b.RoPE(x, 2, 1, 32, 32, x[:3], x[:3])},
+		{"RoPE rotary too wide", b.RoPE(x, 1, 1, 32, 4, x[:4], x[:4])},
+		{"Attention groups", b.Attention(x, x, x, x, AttentionDims{Tokens: 1, Heads: 3, KVHeads: 2, HeadDim: 4, Keys: 1, QHeadStride: 4})},
+		{"Attention head dim", b.Attention(x, x, x, x, AttentionDims{Tokens: 1, Heads: 1, KVHeads: 1, HeadDim: 1024, Keys: 1, QHeadStride: 1024})},
+		{"Attention keys", b.Attention(x, x, x, x, AttentionDims{Tokens: 2, Heads: 1, KVHeads: 1, HeadDim: 4, Keys: 1, QHeadStride: 4})},
+		{"GDNGates rows", b.GDNGates(x, x, x[:7], x, x[:2], x)},
+		{"GatedDeltaStep heads", b.GatedDeltaStep(x, x, x, x, x, x, x, DeltaDims{Tokens: 1, ValueHeads: 3, KeyHeads: 2, KeyDim: 1, ValueDim: 1})},
+		{"GatedDeltaStep short S", b.GatedDeltaStep(x, x, x, x, x, x, x, DeltaDims{Tokens: 1, ValueHeads: 1, KeyHeads: 1, KeyDim: 16, ValueDim: 16})},
+		{"ConvStep channels", b.ConvStep(x, x, x[:10], x, 4, 4)},
+		{"Add lengths", b.Add(x[:2], x, x)},
+		{"SigmoidScaleAdd rows", b.SigmoidScaleAdd(x, x[:10], x[:3])},
+	} {
+		if c.err == nil {
+			t.Errorf("%s: no error", c.name)
+		} else if !strings.HasPrefix(c.err.Error(), "metal: ") {
+			t.Errorf("%s: error %q does not name the package", c.name, c.err)
+		}
+	}
+	if b.Err() != nil {
+		t.Fatal(b.Err())
+	}
+}
+
+// TestTinyModels runs the committed tiny checkpoints through the runtime's
+// forward pass with this backend (MatMul, RMSNorm and SwiGLU on the device)
+// and compares the logits, prefill and one decode step, with the CPU
+// backend's.
+func TestTinyModels(t *testing.T) {
+	b := modelTestBackend(t)
+	for _, name := range []string{"qwen3_next-f32", "qwen3_next-q4g64", "qwen3_next-q8g32",
+		"qwen3_5_moe-f32", "qwen3_5_moe-q4g32", "qwen3_5_moe-q8g64"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join("..", "testdata", "tiny", name)
+			if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+				t.Skipf("tiny model %s missing", dir)
+			}
+			cpu, err := runtime.Load(dir, nil)
+			must(t, err)
+			defer cpu.Close()
+			gpu, err := runtime.Load(dir, &runtime.LoadOptions{Backend: b})
+			must(t, err)
+			defer gpu.Close()
+			V := cpu.Config.Vocab
+			prompt := []int{1, 17, 42, 99 % V, 7}
+			next := []int{23}
+			sc, sg := cpu.NewState(), gpu.NewState()
+			opt := &runtime.ForwardOptions{AllLogits: true}
+			for step, toks := range [][]int{prompt, next} {
+				want, err := cpu.Forward(sc, toks, opt)
+				must(t, err)
+				got, err := gpu.Forward(sg, toks, opt)
+				must(t, err)
+				var scale float64
+				for _, v := range want {
+					scale = math.Max(scale, math.Abs(float64(v)))
+				}
+				closeTo(t, fmt.Sprintf("step %d logits", step), got, f64(want), nil, 0, 1e-4*(1+scale))
+				for tk := range toks {
+					if g, w := argmax(got[tk*V:(tk+1)*V]), argmax(want[tk*V:(tk+1)*V]); g != w {
+						t.Errorf("step %d token %d: greedy %d, CPU %d", step, tk, g, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,19 +28,25 @@ import (
 // shimDevice. The binary is cached in the temp dir under a hash of
 // everything that goes into it.
 
-// shimFlags are the g++ flags; the sanitizers make a misaligned 32-bit load
-// (data is only 2-byte aligned) or a read past a buffer abort the harness.
+// shimFlags are the g++ flags. The harness is built in two variants:
+// "asan" (address sanitizer + UBSan alignment and bounds checks) for the
+// kernel tests, so a read past a buffer or a misaligned 32-bit load (data is
+// only 2-byte aligned) aborts the harness; and "ubsan" (the alignment and
+// bounds checks only) for whole-model runs, which the address sanitizer's
+// fiber bookkeeping slows down about twelvefold.
 var (
-	shimFlags    = []string{"-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-Wno-attributes", "-Wno-unused-parameter"}
-	shimSanitize = []string{"-fsanitize=address,alignment,bounds", "-fno-sanitize-recover=all"}
+	shimFlags    = []string{"-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-Wno-attributes"}
+	shimVariants = map[string][]string{
+		"asan":  {"-fsanitize=address,alignment,bounds", "-fno-sanitize-recover=all"},
+		"ubsan": {"-fsanitize=alignment,bounds", "-fno-sanitize-recover=all"},
+	}
 )
 
 var shimBuild struct {
-	once      sync.Once
-	bin       string
-	sanitized bool
-	err       error
-	skip      string
+	once sync.Once
+	bins map[string]string // variant -> harness binary
+	err  error
+	skip string
 }
 
 // shimGlue generates the C++ that calls each kernel: buffer i is passed as
@@ -79,10 +86,12 @@ func shimGlue(lib *library) string {
 	return b.String()
 }
 
-func shimHarness(t testing.TB) string {
+// shimHarness returns the harness binary of a variant, building both
+// variants (concurrently) on first use.
+func shimHarness(t testing.TB, variant string) string {
 	t.Helper()
 	shimBuild.once.Do(func() {
-		shimBuild.bin, shimBuild.sanitized, shimBuild.skip, shimBuild.err = buildShim()
+		shimBuild.bins, shimBuild.skip, shimBuild.err = buildShim()
 	})
 	if shimBuild.skip != "" {
 		t.Skip(shimBuild.skip)
@@ -90,87 +99,120 @@ func shimHarness(t testing.TB) string {
 	if shimBuild.err != nil {
 		t.Fatal(shimBuild.err)
 	}
-	return shimBuild.bin
+	return shimBuild.bins[variant]
 }
 
-func buildShim() (bin string, sanitized bool, skip string, err error) {
+// shimSource is what the harness is built from: the Metal library source
+// (exactly what Metal compiles) followed by the test-only self-test kernels.
+func shimSource() (string, *library, error) {
+	self, err := os.ReadFile(filepath.Join("testdata", "shim_selftest.metal"))
+	if err != nil {
+		return "", nil, err
+	}
+	src := Source() + "// ---- testdata/shim_selftest.metal ----\n" + string(self)
+	lib, err := parseLibrary(src)
+	return src, lib, err
+}
+
+// buildShim compiles the harness variants into a cache dir named by a hash
+// of everything that goes into them, unless they are there already.
+func buildShim() (bins map[string]string, skip string, err error) {
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
-		return "", false, "g++ not found: the Metal kernels cannot be compiled as C++ here (install g++; .ci/run does)", nil
+		return nil, "g++ not found: the Metal kernels cannot be compiled as C++ here (install g++; .ci/run does)", nil
 	}
-	lib, err := kernelLibrary()
+	src, lib, err := shimSource()
 	if err != nil {
-		return "", false, "", err
+		return nil, "", err
 	}
 	shimDir, err := filepath.Abs("shim")
 	if err != nil {
-		return "", false, "", err
+		return nil, "", err
 	}
 	ver, _ := exec.Command(gxx, "--version").Output()
 	glue := shimGlue(lib)
 	h := sha256.New()
-	for _, part := range []string{Source(), glue, string(ver), strings.Join(shimFlags, " "), strings.Join(shimSanitize, " ")} {
+	for _, part := range []string{src, glue, string(ver), strings.Join(shimFlags, " "), fmt.Sprint(shimVariants)} {
 		fmt.Fprintf(h, "%d:%s", len(part), part)
 	}
 	for _, f := range []string{"metal_stdlib", "shim_rt.h", "harness.cpp"} {
 		data, err := os.ReadFile(filepath.Join(shimDir, f))
 		if err != nil {
-			return "", false, "", err
+			return nil, "", err
 		}
 		fmt.Fprintf(h, "%s:%d:%s", f, len(data), data)
 	}
 	dir := filepath.Join(os.TempDir(), "qpack-metal-shim-"+hex.EncodeToString(h.Sum(nil))[:20])
-	for _, s := range []bool{true, false} {
-		if _, err := os.Stat(filepath.Join(dir, binName(s))); err == nil {
-			return filepath.Join(dir, binName(s)), s, "", nil
+	bins = map[string]string{}
+	for v := range shimVariants {
+		bins[v] = filepath.Join(dir, "harness-"+v)
+	}
+	cached := true
+	for _, b := range bins {
+		if _, err := os.Stat(b); err != nil {
+			cached = false
 		}
+	}
+	if cached {
+		return bins, "", nil
 	}
 	work, err := os.MkdirTemp(os.TempDir(), "qpack-metal-shim-build-")
 	if err != nil {
-		return "", false, "", err
+		return nil, "", err
 	}
 	defer os.RemoveAll(work)
-	if err := os.WriteFile(filepath.Join(work, "kernels.metal"), []byte(Source()), 0o644); err != nil {
-		return "", false, "", err
+	if err := os.WriteFile(filepath.Join(work, "kernels.metal"), []byte(src), 0o644); err != nil {
+		return nil, "", err
 	}
 	if err := os.WriteFile(filepath.Join(work, "glue.cpp"), []byte(glue), 0o644); err != nil {
-		return "", false, "", err
+		return nil, "", err
 	}
 	compile := func(extra []string, out string) ([]byte, error) {
 		args := append(append([]string{}, shimFlags...), extra...)
 		args = append(args, "-I", shimDir, "-I", work, filepath.Join(work, "glue.cpp"), filepath.Join(shimDir, "harness.cpp"), "-o", out)
 		return exec.Command(gxx, args...).CombinedOutput()
 	}
-	sanitized = true
-	out, err := compile(shimSanitize, filepath.Join(work, binName(true)))
-	if err != nil {
-		// A compile error in the kernels fails the same way without the
-		// sanitizers; only a missing sanitizer runtime is worked around.
-		out2, err2 := compile(nil, filepath.Join(work, binName(false)))
-		if err2 != nil {
-			return "", false, "", fmt.Errorf("compiling the kernels with the C++ shim failed:\n%s", out2)
+	var wg sync.WaitGroup
+	errs := map[string]error{}
+	var mu sync.Mutex
+	for v, flags := range shimVariants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := filepath.Join(work, "harness-"+v)
+			msg, err := compile(flags, out)
+			if err != nil {
+				// A kernel that does not compile fails the same way without
+				// sanitizers; only a missing sanitizer runtime is worked
+				// around (the checks are lost then).
+				msg2, err2 := compile(nil, out)
+				if err2 != nil {
+					err = fmt.Errorf("compiling the kernels with the C++ shim failed:\n%s", msg2)
+				} else {
+					fmt.Fprintf(os.Stderr, "metal shim: %s variant built without sanitizers (%s)\n", v, firstLine(msg))
+					err = nil
+				}
+			}
+			mu.Lock()
+			errs[v] = err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, "", err
 		}
-		fmt.Fprintf(os.Stderr, "metal shim: built without sanitizers (they failed: %s)\n", firstLine(out))
-		sanitized = false
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", false, "", err
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
 	}
-	if err := os.Rename(work, dir); err != nil {
-		// Another test process got there first, or the rename crosses
-		// devices: use the fresh build from the work dir's copy.
-		if _, err2 := os.Stat(filepath.Join(dir, binName(sanitized))); err2 != nil {
-			return "", false, "", fmt.Errorf("caching the shim harness: %w", err)
+	for v, b := range bins {
+		if err := os.Rename(filepath.Join(work, "harness-"+v), b); err != nil {
+			return nil, "", fmt.Errorf("caching the shim harness: %w", err)
 		}
 	}
-	return filepath.Join(dir, binName(sanitized)), sanitized, "", nil
-}
-
-func binName(sanitized bool) string {
-	if sanitized {
-		return "harness-san"
-	}
-	return "harness"
+	return bins, "", nil
 }
 
 func firstLine(b []byte) string {
@@ -209,10 +251,10 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startShim(bin string) (*shimDevice, error) {
+func startShim(bin, executor string) (*shimDevice, error) {
 	cmd := exec.Command(bin)
-	// The harness runs many threads; the leak checker adds nothing here.
-	cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=0")
+	// The fibers' stacks are never freed; the leak checker adds nothing.
+	cmd.Env = append(os.Environ(), "ASAN_OPTIONS=detect_leaks=0", "QPACK_SHIM_EXECUTOR="+executor)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -356,34 +398,149 @@ func tail(s string, n int) string {
 	return s
 }
 
-var shimShared struct {
+type sharedShim struct {
 	once sync.Once
 	be   *Backend
 	err  error
 }
 
+var (
+	shimSharedMu sync.Mutex
+	shimShared   = map[string]*sharedShim{}
+)
+
 // kernelTestBackend is the Backend the kernel tests run on: here, one over
-// the C++ shim shared by every test of the package.
-func kernelTestBackend(t *testing.T) *Backend {
+// the C++ shim (address-sanitized build, fiber executor) shared by the tests
+// of the package.
+func kernelTestBackend(t *testing.T) *Backend { return shimBackend(t, "asan", "fibers") }
+
+// modelTestBackend is the Backend the whole-model tests run on: the faster
+// build (alignment and bounds checks only).
+func modelTestBackend(t *testing.T) *Backend { return shimBackend(t, "ubsan", "fibers") }
+
+// shimBackend returns the shared Backend over a harness process of the
+// given build variant running the given executor ("fibers" or "threads").
+func shimBackend(t *testing.T, variant, executor string) *Backend {
 	t.Helper()
-	bin := shimHarness(t)
-	shimShared.once.Do(func() {
-		lib, err := kernelLibrary()
-		if err != nil {
-			shimShared.err = err
-			return
-		}
-		dev, err := startShim(bin)
-		if err != nil {
-			shimShared.err = err
-			return
-		}
-		shimShared.be = newBackend(dev, lib)
-	})
-	if shimShared.err != nil {
-		t.Fatal(shimShared.err)
+	bin := shimHarness(t, variant)
+	shimSharedMu.Lock()
+	sh := shimShared[variant+"/"+executor]
+	if sh == nil {
+		sh = &sharedShim{}
+		shimShared[variant+"/"+executor] = sh
 	}
-	return shimShared.be
+	shimSharedMu.Unlock()
+	sh.once.Do(func() {
+		_, lib, err := shimSource()
+		if err != nil {
+			sh.err = err
+			return
+		}
+		dev, err := startShim(bin, executor)
+		if err != nil {
+			sh.err = err
+			return
+		}
+		sh.be = newBackend(dev, lib)
+		// Every launch sends the whole staging buffer through the pipe:
+		// keep it as small as the arguments.
+		sh.be.minStage = 64
+	})
+	if sh.err != nil {
+		t.Fatal(sh.err)
+	}
+	failOnFallback(t, sh.be)
+	return sh.be
+}
+
+// TestKernelsThreadExecutor runs the kernel cases again with one OS thread
+// per GPU thread (truly concurrent barriers and simdgroup exchanges).
+func TestKernelsThreadExecutor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: hundreds of OS threads per threadgroup")
+	}
+	runKernelCases(t, shimBackend(t, "ubsan", "threads"))
+}
+
+// TestShimExecutor checks the executors themselves with the self-test
+// kernels.
+func TestShimExecutor(t *testing.T) {
+	for _, ex := range []string{"fibers", "threads"} {
+		t.Run(ex, func(t *testing.T) {
+			b := shimBackend(t, map[string]string{"fibers": "asan", "threads": "ubsan"}[ex], ex)
+			run := func(kernel string, groups, threads, mode int, in []float32, out []float32) error {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				p := b.params(kernel).u32("n", len(in)).u32("mode", mode)
+				return b.exec(kernel, [3]int{groups, 1, 1}, [3]int{threads, 1, 1}, p, inF("in_off", in), outF("out_off", out))
+			}
+			const groups, threads = 3, 48
+			in := make([]float32, groups*threads)
+			for i := range in {
+				in[i] = float32(i + 1)
+			}
+			out := make([]float32, len(in))
+			must(t, run("selftest_barrier", groups, threads, 0, in, out))
+			for g := range groups {
+				for i := range threads {
+					if want := in[g*threads+(i+1)%threads]; out[g*threads+i] != want {
+						t.Fatalf("with the barrier: out[%d] = %v, want %v", g*threads+i, out[g*threads+i], want)
+					}
+				}
+			}
+			if ex == "fibers" {
+				// Without the barrier, thread i runs to the end before i+1
+				// has written: the fiber schedule must expose it.
+				must(t, run("selftest_barrier", groups, threads, 1, in, out))
+				wrong := 0
+				for i := range out {
+					if out[i] != in[(i/threads)*threads+(i%threads+1)%threads] {
+						wrong++
+					}
+				}
+				if wrong == 0 {
+					t.Error("a missing barrier went unnoticed")
+				}
+				err := run("selftest_diverge", 1, 32, 0, in[:32], out[:32])
+				if err == nil || !strings.Contains(err.Error(), "barrier divergence") {
+					t.Errorf("diverging barriers: error %v, want barrier divergence", err)
+				}
+			}
+			// simd: a partial last simdgroup (40 threads = 32 + 8) and lanes
+			// that return early (negative inputs).
+			sin := make([]float32, 40)
+			for i := range sin {
+				sin[i] = float32(i%7) + 0.5
+			}
+			for _, i := range []int{5, 6, 33} {
+				sin[i] = -1
+			}
+			sout := make([]float32, 4*40)
+			must(t, run("selftest_simd", 1, 40, 0, sin, sout))
+			for sg := 0; sg < 2; sg++ {
+				lo, hi := sg*32, min(sg*32+32, 40)
+				var sum, mx float32
+				for i := lo; i < hi; i++ {
+					if sin[i] >= 0 {
+						sum += sin[i]
+						mx = max(mx, sin[i])
+					}
+				}
+				for i := lo; i < hi; i++ {
+					if sin[i] < 0 {
+						continue
+					}
+					o := sout[4*i:]
+					if math.Abs(float64(o[0]-sum)) > 1e-4 || o[1] != mx || o[2] != sin[lo] {
+						t.Errorf("lane %d: sum/max/broadcast %v/%v/%v, want %v/%v/%v", i, o[0], o[1], o[2], sum, mx, sin[lo])
+					}
+					if i+1 < hi && sin[i+1] >= 0 && o[3] != sin[i+1] {
+						t.Errorf("lane %d: shuffle_down %v, want %v", i, o[3], sin[i+1])
+					}
+				}
+			}
+		})
+	}
 }
 
 func TestNewUnsupported(t *testing.T) {

@@ -2,10 +2,20 @@
 // CPU. The Go test (metal/shim_test.go) starts this program once and sends it
 // launches on stdin; for each it returns the buffers the kernel may write.
 //
-// Each threadgroup runs its threads as real threads (std::thread) so that
-// threadgroup barriers and simdgroup exchanges are real synchronization
-// points; threadgroups run one after another, which is what lets
+// Two executors run a threadgroup's threads, each thread with its own stack
+// and context, so that threadgroup barriers and simdgroup exchanges are real
+// suspension points; threadgroups run one after another, which is what lets
 // threadgroup memory be a `static` local of the kernel.
+//   - fibers (default): user-level threads (ucontext) on one OS thread. Each
+//     thread runs until it reaches a barrier, an exchange or the end; a
+//     barrier opens once every thread still running has reached it. The
+//     schedule is deterministic and as unfavourable as possible to a missing
+//     barrier (a thread runs as far ahead of the others as it can), and
+//     barrier divergence (threads waiting at different barriers) is reported
+//     instead of hanging. Fast: a launch costs about a millisecond.
+//   - threads (QPACK_SHIM_EXECUTOR=threads): one std::thread per GPU thread
+//     with futex barriers. Truly concurrent, but each barrier wakes hundreds
+//     of OS threads: tens of milliseconds per launch on a small machine.
 //
 // Protocol (little-endian):
 //   request:  u32 magic 'QPL1' | u32 name length | name | u32 grid[3] |
@@ -15,6 +25,7 @@
 //             if ok, the bytes of every writeback region in order.
 #include "shim_rt.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -25,10 +36,20 @@
 #include <thread>
 #include <vector>
 
+#include <csetjmp>
+#include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define QP_ASAN 1
+#endif
+
 namespace {
 
 // A reusable barrier whose participants can leave (a thread returning from
-// the kernel must not hold up the threads still running it).
+// the kernel must not hold up the threads still running it). Arrivals are
+// counted under a mutex; waiters sleep on an atomic generation (futex), so a
+// release does not make them queue for the mutex.
 class Barrier {
    public:
     void reset(int n) {
@@ -36,14 +57,24 @@ class Barrier {
         expected_ = n;
         arrived_ = 0;
     }
-    void wait() {
-        std::unique_lock<std::mutex> lk(mu_);
-        uint64_t gen = gen_;
-        if (++arrived_ >= expected_) {
-            release();
-            return;
+    // wait blocks until every participant has arrived; the last one to
+    // arrive runs last() before releasing the others.
+    template <class F>
+    void wait(F last) {
+        uint32_t gen;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            gen = gen_.load(std::memory_order_relaxed);
+            if (++arrived_ >= expected_) {
+                last();
+                release();
+                return;
+            }
         }
-        cv_.wait(lk, [&] { return gen_ != gen; });
+        while (gen_.load(std::memory_order_acquire) == gen) gen_.wait(gen, std::memory_order_acquire);
+    }
+    void wait() {
+        wait([] {});
     }
     template <class F>
     void leave(F before) {
@@ -56,13 +87,12 @@ class Barrier {
    private:
     void release() {
         arrived_ = 0;
-        gen_++;
-        cv_.notify_all();
+        gen_.fetch_add(1, std::memory_order_release);
+        gen_.notify_all();
     }
     std::mutex mu_;
-    std::condition_variable cv_;
     int expected_ = 0, arrived_ = 0;
-    uint64_t gen_ = 0;
+    std::atomic<uint32_t> gen_{0};
 };
 
 struct SimdGroup {
@@ -80,7 +110,7 @@ struct Group {
     void reset(int nthreads) {
         bar.reset(nthreads);
         for (int s = 0; s < nsimds; s++) {
-            int w = nthreads - int(s) * 32;
+            int w = nthreads - s * 32;
             if (w > 32) w = 32;
             simds[s].width = w;
             simds[s].bar.reset(w);
@@ -131,79 +161,348 @@ void respond_error(const std::string& msg) {
     std::fflush(stdout);
 }
 
-// Runs kernel k over grid threadgroups of tg threads.
-void execute(const ShimKernel& k, void** bufs, const uint32_t grid[3], const uint32_t tg[3]) {
-    const int nthreads = int(tg[0] * tg[1] * tg[2]);
-    Group group(nthreads);
-    group.reset(nthreads);
-    Barrier outer;
-    outer.reset(nthreads);
-    std::vector<std::thread> threads;
-    threads.reserve(nthreads);
-    for (int tid = 0; tid < nthreads; tid++) {
-        threads.emplace_back([&, tid] {
-            tgroup = &group;
-            tsimd = &group.simds[tid / 32];
-            shim::ThreadCtx& c = tctx;
-            c.threads_per_threadgroup = {tg[0], tg[1], tg[2]};
-            c.threadgroups_per_grid = {grid[0], grid[1], grid[2]};
-            c.threads_per_grid = {grid[0] * tg[0], grid[1] * tg[1], grid[2] * tg[2]};
-            c.thread_index_in_threadgroup = uint32_t(tid);
-            c.thread_index_in_simdgroup = uint32_t(tid % 32);
-            c.simdgroup_index_in_threadgroup = uint32_t(tid / 32);
-            c.threads_per_simdgroup = 32;
-            c.simdgroups_per_threadgroup = uint32_t((nthreads + 31) / 32);
-            uint32_t lx = uint32_t(tid) % tg[0];
-            uint32_t ly = (uint32_t(tid) / tg[0]) % tg[1];
-            uint32_t lz = uint32_t(tid) / (tg[0] * tg[1]);
-            c.thread_position_in_threadgroup = {lx, ly, lz};
-            for (uint32_t gz = 0; gz < grid[2]; gz++)
-                for (uint32_t gy = 0; gy < grid[1]; gy++)
-                    for (uint32_t gx = 0; gx < grid[0]; gx++) {
-                        c.threadgroup_position_in_grid = {gx, gy, gz};
-                        c.thread_position_in_grid = {gx * tg[0] + lx, gy * tg[1] + ly, gz * tg[2] + lz};
-                        k.fn(bufs);
-                        // This thread has returned: it leaves the barriers the
-                        // rest of its threadgroup and simdgroup may still use.
-                        group.bar.leave([] {});
-                        tsimd->bar.leave([&] { tsimd->active[tid % 32] = false; });
-                        outer.wait();
-                        if (tid == 0) group.reset(nthreads);
-                        outer.wait();
-                    }
-        });
+// One launch: kernel k over grid threadgroups of tg threads.
+struct Job {
+    const ShimKernel* k;
+    void** bufs;
+    uint32_t grid[3], tg[3];
+    int nthreads;
+    Group* group;
+    Barrier* outer;
+};
+
+// Thread tid of every threadgroup of the job, one threadgroup after another.
+void run_thread(const Job& j, int tid) {
+    Group& group = *j.group;
+    tgroup = &group;
+    tsimd = &group.simds[tid / 32];
+    shim::ThreadCtx& c = tctx;
+    const uint32_t* tg = j.tg;
+    const uint32_t* grid = j.grid;
+    c.threads_per_threadgroup = {tg[0], tg[1], tg[2]};
+    c.threadgroups_per_grid = {grid[0], grid[1], grid[2]};
+    c.threads_per_grid = {grid[0] * tg[0], grid[1] * tg[1], grid[2] * tg[2]};
+    c.thread_index_in_threadgroup = uint32_t(tid);
+    c.thread_index_in_simdgroup = uint32_t(tid % 32);
+    c.simdgroup_index_in_threadgroup = uint32_t(tid / 32);
+    c.threads_per_simdgroup = 32;
+    c.simdgroups_per_threadgroup = uint32_t((j.nthreads + 31) / 32);
+    uint32_t lx = uint32_t(tid) % tg[0];
+    uint32_t ly = (uint32_t(tid) / tg[0]) % tg[1];
+    uint32_t lz = uint32_t(tid) / (tg[0] * tg[1]);
+    c.thread_position_in_threadgroup = {lx, ly, lz};
+    for (uint32_t gz = 0; gz < grid[2]; gz++)
+        for (uint32_t gy = 0; gy < grid[1]; gy++)
+            for (uint32_t gx = 0; gx < grid[0]; gx++) {
+                c.threadgroup_position_in_grid = {gx, gy, gz};
+                c.thread_position_in_grid = {gx * tg[0] + lx, gy * tg[1] + ly, gz * tg[2] + lz};
+                j.k->fn(j.bufs);
+                // This thread has returned: it leaves the barriers the rest
+                // of its threadgroup and simdgroup may still be using.
+                group.bar.leave([] {});
+                tsimd->bar.leave([&] { tsimd->active[tid % 32] = false; });
+                // The last thread of the threadgroup resets the group for
+                // the next one before anyone starts it.
+                j.outer->wait([&] { group.reset(j.nthreads); });
+            }
+}
+
+// Pool keeps the executor threads alive across launches (creating hundreds
+// of threads per launch would dominate the run time).
+class Pool {
+   public:
+    void run(const Job& j) {
+        while (int(workers_.size()) < j.nthreads) {
+            int id = int(workers_.size());
+            workers_.emplace_back([this, id] { work(id); });
+        }
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            job_ = j;
+            running_ = j.nthreads;
+            gen_++;
+        }
+        cv_.notify_all();
+        std::unique_lock<std::mutex> lk(mu_);
+        done_.wait(lk, [&] { return running_ == 0; });
     }
-    for (auto& t : threads) t.join();
+
+   private:
+    void work(int id) {
+        uint64_t seen = 0;
+        for (;;) {
+            Job j;
+            {
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait(lk, [&] { return gen_ != seen && id < job_.nthreads; });
+                seen = gen_;
+                j = job_;
+            }
+            run_thread(j, id);
+            std::lock_guard<std::mutex> lk(mu_);
+            if (--running_ == 0) done_.notify_one();
+        }
+    }
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_, done_;
+    Job job_{};
+    int running_ = 0;
+    uint64_t gen_ = 0;
+};
+
+Pool pool;
+
+// ---- fiber executor ----
+
+enum FiberState { kRun, kWaitGroup, kWaitSimd, kDone };
+
+struct Fiber {
+    ucontext_t ctx;  // where a fresh fiber starts
+    std::jmp_buf jb; // where a suspended fiber resumes
+    char* stack = nullptr;
+    FiberState state = kRun;
+    bool started = false;
+    int tid = 0;
+    shim::ThreadCtx tc;
+#ifdef QP_ASAN
+    void* fake = nullptr;
+#endif
+};
+
+constexpr size_t kFiberStack = 64 << 10;
+
+struct FiberSched {
+    std::jmp_buf main;
+    std::vector<Fiber> fibers;
+    Fiber* cur = nullptr;
+    const Job* job = nullptr;
+    SimdGroup* simd_slots = nullptr;
+#ifdef QP_ASAN
+    const void* main_bottom = nullptr;
+    size_t main_size = 0;
+    void* main_fake = nullptr;
+#endif
+    std::string error;
+};
+
+FiberSched fs;
+bool use_fibers = true;
+
+// Switches from the scheduler to fiber f: a fiber's first entry goes
+// through its ucontext (one system call), every later switch in either
+// direction is a _setjmp/_longjmp pair (no system call). A fiber runs
+// threadgroup after threadgroup of one launch: when a thread of the kernel
+// returns, the fiber parks until the scheduler re-arms it for the next
+// threadgroup.
+void fiber_enter(Fiber& f) {
+    fs.cur = &f;
+#ifdef QP_ASAN
+    __sanitizer_start_switch_fiber(&fs.main_fake, f.stack, kFiberStack);
+#endif
+    if (!_setjmp(fs.main)) {
+        if (!f.started) {
+            f.started = true;
+            setcontext(&f.ctx);
+        }
+        _longjmp(f.jb, 1);
+    }
+#ifdef QP_ASAN
+    __sanitizer_finish_switch_fiber(fs.main_fake, nullptr, nullptr);
+#endif
+    fs.cur = nullptr;
+}
+
+// Switches from the current fiber back to the scheduler.
+void fiber_yield() {
+    Fiber& f = *fs.cur;
+#ifdef QP_ASAN
+    __sanitizer_start_switch_fiber(&f.fake, fs.main_bottom, fs.main_size);
+#endif
+    if (!_setjmp(f.jb)) _longjmp(fs.main, 1);
+#ifdef QP_ASAN
+    __sanitizer_finish_switch_fiber(f.fake, &fs.main_bottom, &fs.main_size);
+#endif
+}
+
+void fiber_entry() {
+#ifdef QP_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &fs.main_bottom, &fs.main_size);
+#endif
+    for (;;) {
+        fs.job->k->fn(fs.job->bufs);
+        fs.cur->state = kDone;
+        fiber_yield();  // resumed for the next threadgroup
+    }
+}
+
+void fiber_wait(FiberState st) {
+    fs.cur->state = st;
+    fiber_yield();
+}
+
+void fiber_execute(const Job& j) {
+    const int n = j.nthreads;
+    fs.job = &j;
+    fs.error.clear();
+    if (int(fs.fibers.size()) < n) fs.fibers.resize(n);
+    for (int i = 0; i < n; i++)
+        if (!fs.fibers[i].stack) fs.fibers[i].stack = static_cast<char*>(std::malloc(kFiberStack));
+    for (int tid = 0; tid < n; tid++) {
+        Fiber& f = fs.fibers[tid];
+        f.started = false;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = kFiberStack;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_entry, 0);
+    }
+    const int nsimd = (n + 31) / 32;
+    std::unique_ptr<SimdGroup[]> slots(new SimdGroup[nsimd]);
+    fs.simd_slots = slots.get();
+    const uint32_t* tg = j.tg;
+    const uint32_t* grid = j.grid;
+    for (uint32_t gz = 0; gz < grid[2]; gz++)
+        for (uint32_t gy = 0; gy < grid[1]; gy++)
+            for (uint32_t gx = 0; gx < grid[0]; gx++) {
+                for (int s = 0; s < nsimd; s++) {
+                    int w = n - s * 32 > 32 ? 32 : n - s * 32;
+                    slots[s].width = w;
+                    for (int l = 0; l < 32; l++) slots[s].active[l] = l < w;
+                }
+                for (int tid = 0; tid < n; tid++) {
+                    Fiber& f = fs.fibers[tid];
+                    f.tid = tid;
+                    f.state = kRun;
+                    shim::ThreadCtx& c = f.tc;
+                    c.threads_per_threadgroup = {tg[0], tg[1], tg[2]};
+                    c.threadgroups_per_grid = {grid[0], grid[1], grid[2]};
+                    c.threads_per_grid = {grid[0] * tg[0], grid[1] * tg[1], grid[2] * tg[2]};
+                    c.thread_index_in_threadgroup = uint32_t(tid);
+                    c.thread_index_in_simdgroup = uint32_t(tid % 32);
+                    c.simdgroup_index_in_threadgroup = uint32_t(tid / 32);
+                    c.threads_per_simdgroup = 32;
+                    c.simdgroups_per_threadgroup = uint32_t(nsimd);
+                    uint32_t lx = uint32_t(tid) % tg[0];
+                    uint32_t ly = (uint32_t(tid) / tg[0]) % tg[1];
+                    uint32_t lz = uint32_t(tid) / (tg[0] * tg[1]);
+                    c.thread_position_in_threadgroup = {lx, ly, lz};
+                    c.threadgroup_position_in_grid = {gx, gy, gz};
+                    c.thread_position_in_grid = {gx * tg[0] + lx, gy * tg[1] + ly, gz * tg[2] + lz};
+                }
+                for (;;) {
+                    // Run every runnable thread until it blocks or ends.
+                    for (int tid = 0; tid < n; tid++)
+                        if (fs.fibers[tid].state == kRun) fiber_enter(fs.fibers[tid]);
+                    int live = 0, atGroup = 0;
+                    for (int tid = 0; tid < n; tid++) {
+                        FiberState st = fs.fibers[tid].state;
+                        if (st != kDone) live++;
+                        if (st == kWaitGroup) atGroup++;
+                    }
+                    if (live == 0) break;
+                    bool released = false;
+                    if (atGroup == live) {
+                        for (int tid = 0; tid < n; tid++)
+                            if (fs.fibers[tid].state == kWaitGroup) fs.fibers[tid].state = kRun;
+                        released = true;
+                    } else {
+                        for (int s = 0; s < nsimd; s++) {
+                            int lo = s * 32, hi = lo + slots[s].width;
+                            int slive = 0, atSimd = 0;
+                            for (int tid = lo; tid < hi; tid++) {
+                                FiberState st = fs.fibers[tid].state;
+                                if (st != kDone) slive++;
+                                if (st == kWaitSimd) atSimd++;
+                            }
+                            if (slive > 0 && atSimd == slive) {
+                                for (int tid = lo; tid < hi; tid++)
+                                    if (fs.fibers[tid].state == kWaitSimd) fs.fibers[tid].state = kRun;
+                                released = true;
+                            }
+                        }
+                    }
+                    if (!released) {
+                        fs.error = "barrier divergence in threadgroup (" + std::to_string(gx) + "," + std::to_string(gy) + "," +
+                                   std::to_string(gz) + "): threads wait at different barriers";
+                        return;  // the stuck fibers are abandoned: the next launch restarts every fiber
+                    }
+                }
+            }
+}
+
+void execute(const ShimKernel& k, void** bufs, const uint32_t grid[3], const uint32_t tg[3]) {
+    Job j;
+    j.k = &k;
+    j.bufs = bufs;
+    for (int i = 0; i < 3; i++) {
+        j.grid[i] = grid[i];
+        j.tg[i] = tg[i];
+    }
+    j.nthreads = int(tg[0] * tg[1] * tg[2]);
+    if (use_fibers) {
+        fiber_execute(j);
+        return;
+    }
+    Group group(j.nthreads);
+    group.reset(j.nthreads);
+    Barrier outer;
+    outer.reset(j.nthreads);
+    j.group = &group;
+    j.outer = &outer;
+    pool.run(j);
 }
 
 }  // namespace
 
 namespace shim {
 
-const ThreadCtx& ctx() { return tctx; }
+const ThreadCtx& ctx() { return use_fibers ? fs.cur->tc : tctx; }
 
-void threadgroup_barrier() { tgroup->bar.wait(); }
+void threadgroup_barrier() {
+    if (use_fibers) {
+        fiber_wait(kWaitGroup);
+        return;
+    }
+    tgroup->bar.wait();
+}
 
 uint32_t simd_exchange(const void* in, void* out, size_t size) {
     if (size > 16) die("simd value larger than 16 bytes");
-    SimdGroup& s = *tsimd;
-    unsigned lane = tctx.thread_index_in_simdgroup;
+    unsigned lane = ctx().thread_index_in_simdgroup;
+    SimdGroup& s = use_fibers ? fs.simd_slots[ctx().simdgroup_index_in_threadgroup] : *tsimd;
     std::memcpy(s.slot[lane], in, size);
-    s.bar.wait();
+    if (use_fibers) {
+        fiber_wait(kWaitSimd);
+    } else {
+        s.bar.wait();
+    }
     uint32_t mask = 0;
     for (int i = 0; i < s.width; i++) {
-        if (s.active[i]) {
+        bool active = use_fibers ? fs.fibers[ctx().simdgroup_index_in_threadgroup * 32 + i].state != kDone : s.active[i];
+        if (active) {
             mask |= 1u << i;
             std::memcpy(static_cast<unsigned char*>(out) + i * size, s.slot[i], size);
         }
     }
-    s.bar.wait();
+    if (use_fibers) {
+        fiber_wait(kWaitSimd);
+    } else {
+        s.bar.wait();
+    }
     return mask;
 }
 
 }  // namespace shim
 
 int main() {
+    if (const char* e = std::getenv("QPACK_SHIM_EXECUTOR")) {
+        if (std::string(e) == "threads") {
+            use_fibers = false;
+        } else if (std::string(e) != "fibers") {
+            die("QPACK_SHIM_EXECUTOR must be fibers or threads");
+        }
+    }
     for (;;) {
         unsigned char mb[4];
         size_t got = std::fread(mb, 1, 4, stdin);
@@ -256,6 +555,11 @@ int main() {
             respond_error(err);
         } else {
             execute(*k, bufs.data(), grid, tg);
+            if (use_fibers && !fs.error.empty()) {
+                respond_error("kernel " + name + ": " + fs.error);
+                for (void* p : mem) std::free(p);
+                continue;
+            }
             write_u32(0);
             write_u32(0);
             for (uint32_t i = 0; i < nreg; i++)
