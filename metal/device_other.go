@@ -2,9 +2,7 @@
 
 package metal
 
-import "fmt"
-
 // openSystemDevice: Metal exists only on Apple systems.
 func openSystemDevice(string, *library) (device, error) {
-	return nil, fmt.Errorf("metal: %w", ErrUnsupported)
+	return nil, ErrUnsupported
 }

@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:      "logits",
-		Usage:     "teacher-forced logits of a token sequence (CPU reference forward pass)",
+		Usage:     "teacher-forced logits of a token sequence (reference forward pass)",
 		ArgsUsage: "MODEL",
 		Description: "MODEL is a .qpack container or an MLX checkpoint directory. Runs the tokens through the\n" +
 			"model in one pass and reports, for each position, the greedy next token and its logit.\n" +
@@ -33,6 +33,7 @@ func init() {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file"},
 			&cli.BoolFlag{Name: "dump-layers", Usage: "also write every layer's output hidden state (needs --output)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object instead of a table"},
+			backendFlag(),
 		},
 		Action: logitsAction,
 	})
@@ -73,12 +74,13 @@ type logitsResult struct {
 // logitsFlags are the command's flag values; flags may also follow MODEL
 // (urfave/cli stops at the first argument), so the tail is parsed again.
 type logitsFlags struct {
-	tokens, output string
-	dump, json     bool
+	tokens, output, backend string
+	dump, json              bool
 }
 
 func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
-	f := logitsFlags{tokens: c.String("tokens"), output: c.String("output"), dump: c.Bool("dump-layers"), json: c.Bool("json")}
+	f := logitsFlags{tokens: c.String("tokens"), output: c.String("output"), backend: c.String("backend"),
+		dump: c.Bool("dump-layers"), json: c.Bool("json")}
 	args := c.Args().Slice()
 	if len(args) == 0 {
 		return "", f, errors.New("logits: want a MODEL argument")
@@ -91,6 +93,7 @@ func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 		fs.StringVar(&f.output, "o", f.output, "")
 		fs.BoolVar(&f.dump, "dump-layers", f.dump, "")
 		fs.BoolVar(&f.json, "json", f.json, "")
+		fs.StringVar(&f.backend, "backend", f.backend, "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", f, fmt.Errorf("logits: %w", err)
 		}
@@ -117,7 +120,12 @@ func logitsAction(c *cli.Context) error {
 		return withCode(2, err)
 	}
 	dump := flags.dump
-	m, err := runtime.Load(dir, nil)
+	be, err := selectBackend(flags.backend)
+	if err != nil {
+		return withCode(2, err)
+	}
+	defer closeBackend(be)
+	m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: be})
 	if err != nil {
 		return err
 	}
