@@ -1,4 +1,10 @@
-// Package metal is the Metal backend of the runner for Apple GPUs. It calls
-// Metal through purego (no cgo), compiles its embedded MSL kernels at run time,
-// and is cross-compiled and kernel-tested on Linux.
+// Package metal is the runner's backend for Apple GPUs. It calls Metal
+// through purego's Objective-C bridge (no cgo, so Linux CI cross-compiles
+// it), compiles its embedded MSL kernels (kernels/*.metal, see Source) at
+// run time, and implements runtime.Backend and Ops on *Backend. On other
+// systems New returns ErrUnsupported.
+//
+// The kernels' arithmetic is tested on Linux: the tests compile the same
+// source as C++ against a small Metal shim (shim/) and run the same Backend
+// over it; see README.md for what has run where.
 package metal
