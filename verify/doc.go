@@ -2,4 +2,114 @@
 // file and expert blob against the manifest, with a receipt) and deep
 // byte-for-byte comparison of every expert section and dense tensor against
 // the source checkpoint.
+//
+// # What Verify checks
+//
+//  1. Structure (docs/FORMAT.md §7): manifest.json and layout.json parse and
+//     follow every rule; no symbolic link or special file anywhere; every
+//     listed file exists as a regular file of exactly the recorded size
+//     (a truncated or extended file is named with the offset where it
+//     differs); the layout agrees with the manifest; model.safetensors has a
+//     valid header. Unlisted files are reported, not judged.
+//  2. Digests: every byte of every listed file is read once, in large
+//     sequential blocks (8 MiB), by one worker per core (files, or runs of
+//     experts, are spread over the workers, largest first), and hashed with
+//     BLAKE3. Each file is compared with qpack.fileDigests; each expert's
+//     whole stride with qpack.expertDigests, so a bad blob is named by
+//     layer and expert. layout.json is hashed before it is trusted: if it is
+//     damaged, the layer files are checked by whole-file digest only.
+//  3. Padding: the bytes of every expert blob outside its sections (gaps and
+//     the padding up to the stride) must be zero; a non-zero byte is named
+//     with its offset, digests or not.
+//  4. With Options.Deep, the source comparison below.
+//
+// # One digest or two per layer file
+//
+// Layer files are exactly the concatenation of their expert strides, so when
+// every expert digest matches and the file has the right size, its bytes are
+// the ones the writer hashed: the expert digests vouch for every byte. The
+// whole-file digest adds one thing: it tells a damaged manifest entry from
+// damaged data. If the file matches its digest but one expert does not, the
+// manifest's expert digest is what is wrong (and the other way round), and
+// the report says so (kind "manifest"). The two cannot share work: BLAKE3
+// chunks are hashed with their position in the tree, so a blob hashed alone
+// and the same bytes inside the file are different computations, and every
+// layer byte would be hashed twice.
+//
+// Measured (bench/verify, 2 shared cores, a virtual disk, 2.85 GB): BLAKE3
+// runs at about 2 GB per CPU-second here (zeebo/blake3, AVX2; Go's AVX-512
+// implementation measured no faster), b3sum at about 3.5 GB (AVX-512).
+// Hashing layer files twice made the cold check CPU-bound at 0.5x b3sum;
+// hashing once keeps it disk-bound at 0.9x. So by default layer files are
+// checked by their expert digests alone (each byte hashed once), and the
+// other files by their file digests; Options.Full (`--full`) also checks
+// the layer files' whole-file digests, in the same read, on a second
+// goroutine fed from the same buffers. The report notes what was skipped.
+//
+// manifest.json is covered by no digest (it cannot hold its own). What is
+// checked: its syntax and every rule, every size and digest it states (a
+// damaged digest shows as a mismatch, and --full tells which side is at
+// fault), and, once a verification has passed, its BLAKE3 against the
+// receipt that verification left in the container: from then on any change
+// to any byte of it is reported.
+//
+// Without digests (Swiftlet writes none) every file is still read and
+// hashed, for the receipt, and the padding checked; the report notes that
+// nothing could be compared.
+//
+// # The page cache
+//
+// A verification must not evict the user's working set with 45 GB of data
+// it reads once. On Linux each file is opened with POSIX_FADV_SEQUENTIAL,
+// the block after the current one is announced with POSIX_FADV_WILLNEED (so
+// the disk always has the next read queued), and every block is dropped
+// with POSIX_FADV_DONTNEED as soon as it has been copied out. O_DIRECT is
+// not used: it needs aligned buffers, offsets and lengths, is refused by
+// some file systems (tmpfs, several FUSE and network mounts), and gains
+// nothing here. On darwin reads use F_NOCACHE. Options.KeepCache turns all
+// of this off.
+//
+// # Deep check
+//
+// Verify derives, on its own and without package repack, which source
+// bytes each container byte must equal, so that it cross-checks the repack:
+// a dense tensor of model.safetensors is the source tensor of the same name
+// (same dtype and shape); section s of layer L's expert e is bytes
+// [e×B/E, (e+1)×B/E) of the stacked source tensor
+// "<prefix>layers.L.<module path>.switch_mlp.s" (or switch_glu), whose
+// shape must be [E] + the section's shape. Tensors of multi-token prediction
+// and vision towers are ignored; source tensors the container does not hold
+// are listed in a note.
+//
+// Each source shard is read once, in order, in large blocks (several in
+// flight: 2 for a directory, 8 range requests for the Hub); every block goes
+// to two consumers, one that feeds sha256 (and the git blob id where the Hub
+// gives that instead), and one that compares every container slice mapped
+// into the block, reading the container with a pool of readers. At the end
+// the shard's hash is checked against everything that says what it must be:
+// the manifest's recorded sha256, the Hub listing, the name of an HF cache
+// blob. Nothing of the source is stored. A difference is blamed on the
+// container, unless the shard failed its hash check, in which case it is
+// blamed on the source (and the run is "unusable", exit code 2). Before
+// anything is streamed, the source's shard names and sizes (and hashes,
+// where both sides know them) must match the ones the manifest records.
+//
+// With DeepOptions.Sample, only N random experts per layer are compared,
+// reading only their slices from the source; dense tensors are skipped and
+// shard hashes cannot be checked, which the report says.
+//
+// # Results
+//
+// The Report names every problem with its scope (container or source),
+// kind, file, and where known the manifest key, layer, expert, section,
+// tensor and byte offset. Its status gives the exit code of `qpack
+// verify-install`: 0 ok, 1 the container is damaged, 2 the input is unusable
+// (not a container, an unsupported version, a structure that breaks the
+// format while its bytes are as written, or a source that cannot serve as a
+// reference). On success NewReceipt and WriteReceipt record
+// verified-install.json atomically: the manifest's digest, the time, and
+// every file's size and digest.
+//
+// ExpertChecker lets a runner check each expert blob against its digest the
+// first time it reads it.
 package verify

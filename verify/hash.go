@@ -80,7 +80,7 @@ func (v *verifier) plan() []*job {
 		switch {
 		case ext == nil:
 			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: layer, padding: true})
-		case !v.o.Quick:
+		case v.o.Full:
 			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: layer, experts: true, padding: true})
 		default:
 			per := max(1, int(quickRunBytes/stride))
@@ -365,9 +365,9 @@ func firstNonZeroGap(piece []byte, in int64, gapList []span) (int64, bool) {
 // judge compares what was hashed with the manifest and fills rep.Files.
 func (v *verifier) judge() {
 	ext := v.man.Ext
-	v.rep.LayerFileDigests = ext != nil && !v.o.Quick && v.layout != nil
-	if ext != nil && v.o.Quick && v.layout != nil {
-		v.note("quick mode: the whole-file digests of layer files were not checked (every expert digest was)")
+	v.rep.LayerFileDigests = ext != nil && v.o.Full && v.layout != nil
+	if ext != nil && !v.o.Full && v.layout != nil {
+		v.note("layer files were checked by their expert digests, which cover every byte; their whole-file digests in the manifest were not (--full checks them too)")
 	}
 	for _, p := range v.man.SortedFiles() {
 		res := v.results[p]

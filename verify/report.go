@@ -125,6 +125,10 @@ type Report struct {
 	Status         Status `json:"status"`
 	Error          string `json:"error,omitempty"` // why the input is unusable
 	ManifestDigest string `json:"manifestDigest,omitempty"`
+	// VerifiedBefore is the time recorded by the receipt of an earlier
+	// successful verification, if the container has one; the manifest is
+	// then also checked against the receipt's digest of it.
+	VerifiedBefore string `json:"verifiedBefore,omitempty"`
 	// DigestsRecorded is false for a container without the qpack extension
 	// (Swiftlet writes none): only sizes, structure and padding can be
 	// checked, and --deep against the source.

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,11 +43,12 @@ type Options struct {
 	Workers int
 	// BlockSize is the size of each read (0: DefaultBlockSize).
 	BlockSize int
-	// Quick skips the whole-file digests of layer files and checks only
-	// their expert digests, hashing every byte once instead of twice. The
-	// bytes are then vouched for by the expert digests alone (see the
-	// package documentation).
-	Quick bool
+	// Full also checks the whole-file digests of layer files (qpack.fileDigests),
+	// hashing every layer byte twice, in one read. By default layer files
+	// are checked by their expert digests alone, which vouch for every
+	// byte; Full adds telling a damaged manifest entry from damaged data
+	// (see the package documentation).
+	Full bool
 	// KeepCache leaves the pages read in the page cache (by default every
 	// block is dropped after it is read).
 	KeepCache bool
@@ -185,6 +187,7 @@ func (v *verifier) inventory() error {
 	}
 	sum := blake3.Sum256(data)
 	v.rep.ManifestDigest = hex.EncodeToString(sum[:])
+	v.checkReceipt()
 	if v.man, err = qpack.ParseManifest(data); err != nil {
 		return err
 	}
@@ -228,6 +231,41 @@ func (v *verifier) inventory() error {
 	v.loadLayout()
 	v.loadDense()
 	return nil
+}
+
+// maxReceiptSize bounds the receipt read back from a container.
+const maxReceiptSize = 16 << 20
+
+// checkReceipt compares the manifest with the one a receipt left by an
+// earlier verification recorded: no digest covers manifest.json itself, so
+// this is what catches a change to it (any byte) after a first successful
+// verification. An unreadable receipt is only noted: it is not part of the
+// container.
+func (v *verifier) checkReceipt() {
+	st, err := v.root.Lstat(ReceiptName)
+	if err != nil {
+		return
+	}
+	if !st.Mode().IsRegular() {
+		v.note("%s is not a regular file: ignored", ReceiptName)
+		return
+	}
+	data, err := v.readBounded(ReceiptName, maxReceiptSize)
+	if err != nil {
+		v.note("%s cannot be read (%v): ignored", ReceiptName, err)
+		return
+	}
+	var rc Receipt
+	if err := json.Unmarshal(data, &rc); err != nil || !isLowerHex(rc.ManifestDigest, 64) {
+		v.note("%s is not a receipt this tool wrote: ignored", ReceiptName)
+		return
+	}
+	v.rep.VerifiedBefore = rc.VerifiedAt
+	if rc.ManifestDigest != v.rep.ManifestDigest {
+		v.problem(Problem{Scope: ScopeContainer, Kind: KindManifest, File: qpack.ManifestName,
+			Message: fmt.Sprintf("changed since it was verified (%s): %s records BLAKE3 %s, it now hashes to %s (remove %s if the change was intended)",
+				rc.VerifiedAt, ReceiptName, rc.ManifestDigest, v.rep.ManifestDigest, ReceiptName)})
+	}
 }
 
 // walk looks at every entry of the container directory: symlinks and

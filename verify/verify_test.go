@@ -22,7 +22,7 @@ const next = "qwen3_next-q4g64"
 func TestIntactPassesAndReceipt(t *testing.T) {
 	f := newFixture(t, next)
 	for _, quick := range []bool{false, true} {
-		r := run(t, f.dir, Options{Quick: quick})
+		r := run(t, f.dir, Options{Full: !quick})
 		wantStatus(t, r, StatusOK)
 		if r.ExitCode() != 0 || len(r.Problems) != 0 || !r.DigestsRecorded || r.LayerFileDigests == quick {
 			t.Fatalf("quick=%v: %s", quick, dump(r))
@@ -91,6 +91,23 @@ func TestIntactPassesAndReceipt(t *testing.T) {
 	if entries, _ := filepath.Glob(filepath.Join(f.dir, ".*")); len(entries) != 0 {
 		t.Fatalf("temporary files left: %v", entries)
 	}
+	// After a verification, any change to manifest.json is caught through
+	// the receipt's digest of it, even in free text no digest covers.
+	undoM := flip(t, f.dir, qpack.ManifestName, int64(strings.Index(string(mdata), "verify-test")+3), 1)
+	r = run(t, f.dir, Options{})
+	wantStatus(t, r, StatusDamaged)
+	if got := find(r, func(p Problem) bool { return p.Kind == KindManifest && p.File == qpack.ManifestName }); len(got) != 1 || r.VerifiedBefore != "2025-01-02T03:04:05Z" {
+		t.Fatal(dump(r))
+	}
+	undoM()
+	undoM = flip(t, f.dir, qpack.ManifestName, 0, 0x10) // '{' -> 'k': no longer JSON
+	r = run(t, f.dir, Options{})
+	wantStatus(t, r, StatusDamaged)
+	if r.Error == "" || len(find(r, func(p Problem) bool { return p.Kind == KindManifest })) != 1 {
+		t.Fatal(dump(r))
+	}
+	undoM()
+
 	// No receipt for a damaged container.
 	undo := flip(t, f.dir, "config.json", 3, 1)
 	defer undo()
@@ -116,7 +133,7 @@ func TestFlippedByteSweep(t *testing.T) {
 		for i, off := range offs {
 			quick := i%2 == 1
 			undo := flip(t, f.dir, p, off, 0x20)
-			r := run(t, f.dir, Options{Quick: quick})
+			r := run(t, f.dir, Options{Full: !quick})
 			undo()
 			wantStatus(t, r, StatusDamaged)
 			if r.ExitCode() != 1 {
@@ -196,7 +213,7 @@ func TestManifestDamage(t *testing.T) {
 		p := qpack.LayerFile(1)
 		d := ext.FileDigests[p]
 		editManifest(t, f.dir, func(s string) string { return strings.Replace(s, d, otherHex(d), 1) })
-		r := run(t, f.dir, Options{})
+		r := run(t, f.dir, Options{Full: true})
 		wantStatus(t, r, StatusDamaged)
 		hit := find(r, func(pr Problem) bool {
 			return pr.Kind == KindManifest && pr.File == qpack.ManifestName && strings.Contains(pr.Key, p)
@@ -210,7 +227,7 @@ func TestManifestDamage(t *testing.T) {
 		p := qpack.LayerFile(2)
 		d := ext.ExpertDigests[p][3]
 		editManifest(t, f.dir, func(s string) string { return strings.Replace(s, d, otherHex(d), 1) })
-		r := run(t, f.dir, Options{})
+		r := run(t, f.dir, Options{Full: true})
 		wantStatus(t, r, StatusDamaged)
 		hit := find(r, func(pr Problem) bool {
 			return pr.Kind == KindManifest && pr.File == qpack.ManifestName && is(pr.Layer, 2) && is(pr.Expert, 3)
@@ -218,8 +235,8 @@ func TestManifestDamage(t *testing.T) {
 		if len(hit) != 1 || len(r.ContainerProblems()) != 1 {
 			t.Fatal(dump(r))
 		}
-		// Quick mode cannot tell which side is wrong but names the expert.
-		r = run(t, f.dir, Options{Quick: true})
+		// By default the side at fault is unknown, but the expert is named.
+		r = run(t, f.dir, Options{})
 		wantStatus(t, r, StatusDamaged)
 		if len(find(r, func(pr Problem) bool { return pr.Kind == KindExpertDigest && is(pr.Layer, 2) && is(pr.Expert, 3) })) != 1 {
 			t.Fatal(dump(r))
@@ -284,7 +301,7 @@ func TestSwappedExperts(t *testing.T) {
 	f := newFixture(t, next)
 	swapExperts(t, f, 5, 1, 6)
 	for _, quick := range []bool{false, true} {
-		r := run(t, f.dir, Options{Quick: quick})
+		r := run(t, f.dir, Options{Full: !quick})
 		wantStatus(t, r, StatusDamaged)
 		got := find(r, func(pr Problem) bool { return pr.Kind == KindExpertDigest })
 		if len(got) != 2 || !is(got[0].Layer, 5) || !is(got[0].Expert, 1) || !is(got[1].Layer, 5) || !is(got[1].Expert, 6) {

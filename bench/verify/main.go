@@ -142,14 +142,14 @@ func run() error {
 			base.Name = "b3sum --num-threads 2 (" + label + ")"
 			out = append(out, *base)
 		}
-		for _, quick := range []bool{false, true} {
+		for _, full := range []bool{false, true} {
 			name := "verify-install (" + label + ")"
-			if quick {
-				name = "verify-install --quick (" + label + ")"
+			if full {
+				name = "verify-install --full (" + label + ")"
 			}
 			f := best(func() figure {
 				prepare()
-				return timeVerify(dst, verify.Options{Quick: quick}, total)
+				return timeVerify(dst, verify.Options{Full: full}, total)
 			})
 			f.Name = name
 			if base != nil {
@@ -268,7 +268,7 @@ func timeDeep(dir string, open func() (*verify.Source, error), srcBytes int64) f
 		return figure{Seconds: 1e9}
 	}
 	defer s.Close()
-	r, err := verify.Verify(context.Background(), dir, verify.Options{Quick: true, Deep: &verify.DeepOptions{Source: s}})
+	r, err := verify.Verify(context.Background(), dir, verify.Options{Deep: &verify.DeepOptions{Source: s}})
 	if err != nil || r.Status != verify.StatusOK || r.Deep == nil {
 		logf("deep: %v %s", err, r.Status)
 		return figure{Seconds: 1e9}

@@ -31,7 +31,7 @@ the format, or a source that cannot serve as a reference).`,
 		ArgsUsage: "CONTAINER.qpack",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON on stdout"},
-			&cli.BoolFlag{Name: "quick", Usage: "check layer files by their expert digests only (hash every byte once, not twice)"},
+			&cli.BoolFlag{Name: "full", Usage: "also check the whole-file digests of layer files (hashes every layer byte twice; tells a damaged manifest entry from damaged data)"},
 			&cli.BoolFlag{Name: "deep", Usage: "also compare every dense tensor and expert section with the source checkpoint"},
 			&cli.StringFlag{Name: "source", Usage: "source for --deep: a checkpoint directory or a Hub repo `ID` (default: the repo the manifest records)"},
 			&cli.StringFlag{Name: "revision", Usage: "revision of a Hub source (default: the commit the manifest records, else main)"},
@@ -63,7 +63,7 @@ func verifyInstall(c *cli.Context) error {
 	}
 	dir := lf.Args()[0]
 	asJSON := lf.Bool("json")
-	o := verify.Options{Quick: lf.Bool("quick"), Workers: lf.Int("workers"), Logger: slog.Default()}
+	o := verify.Options{Full: lf.Bool("full"), Workers: lf.Int("workers"), Logger: slog.Default()}
 
 	var bar *phaseBar
 	if term.IsTerminal(int(os.Stderr.Fd())) {
