@@ -124,11 +124,13 @@ type Cache struct {
 	blobs   Blobs
 	opt     Options
 	budget  int64
-	readers chan struct{}
 	files   *fileSet
+	workers sync.WaitGroup
 
 	mu        sync.Mutex
 	cond      *sync.Cond // broadcast when a pin drops, a slot frees or a load ends
+	work      *sync.Cond // signalled when a read is queued
+	queue     []*slot    // reads not yet started, in the order they are needed
 	slots     []*slot    // every allocated slot
 	free      []*slot
 	index     map[key]*slot // stReady slots
@@ -147,6 +149,7 @@ type Cache struct {
 type counters struct {
 	requests, hits, misses, waits, evictions int64
 	loads                                    int64
+	stall                                    time.Duration
 	bytesRead, reads, directReads            int64
 	peakAllocated                            int64
 }
@@ -169,14 +172,39 @@ func New(blobs Blobs, opt Options) (*Cache, error) {
 	}
 	c := &Cache{
 		blobs: blobs, opt: opt, budget: max(opt.Budget, largest),
-		readers: make(chan struct{}, opt.Readers),
-		files:   newFileSet(opt.IO == Direct),
-		index:   map[key]*slot{}, loading: map[key]*slot{}, pfIndex: map[key]int{},
+		files: newFileSet(opt.IO == Direct),
+		index: map[key]*slot{}, loading: map[key]*slot{}, pfIndex: map[key]int{},
 		count: make([]uint64, L*E),
 	}
 	c.cond = sync.NewCond(&c.mu)
+	c.work = sync.NewCond(&c.mu)
 	c.lat.init(1 << 16)
+	for range opt.Readers {
+		c.workers.Add(1)
+		go c.reader()
+	}
 	return c, nil
+}
+
+// reader is one of the Readers goroutines: it takes queued reads in order.
+func (c *Cache) reader() {
+	defer c.workers.Done()
+	c.mu.Lock()
+	for {
+		for len(c.queue) == 0 && !c.closed {
+			c.work.Wait()
+		}
+		if len(c.queue) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		s := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
+		c.mu.Unlock()
+		c.load(s)
+		c.mu.Lock()
+	}
 }
 
 // Budget returns the effective byte budget (Options.Budget, raised to one
@@ -269,23 +297,29 @@ func (c *Cache) drop(s *slot) {
 	}
 }
 
-// startLoad assigns k to s and marks it loading with one pin. Called with
-// mu held.
-func (c *Cache) startLoad(s *slot, k key) {
+// startLoad assigns k to s, marks it loading with one pin and queues its
+// read: at the back, or at the front when urgent (a caller waits for it
+// now). Reads run in queue order, so the experts a batch needs first
+// arrive first. Called with mu held.
+func (c *Cache) startLoad(s *slot, k key, urgent bool) {
 	s.key, s.size = k, c.blobs.BufSize(k.layer())
 	s.state, s.refs, s.err = stLoading, 1, nil
 	s.done = make(chan struct{})
 	c.loading[k] = s
 	c.st.loads++
+	if urgent {
+		c.queue = append([]*slot{s}, c.queue...)
+	} else {
+		c.queue = append(c.queue, s)
+	}
+	c.work.Signal()
 }
 
 // load reads s's expert and finishes it (tags it or marks it failed).
 func (c *Cache) load(s *slot) {
-	c.readers <- struct{}{}
 	t0 := time.Now()
 	n, direct, reads, err := c.read(s)
 	d := time.Since(t0)
-	<-c.readers
 	var w runtime.ExpertWeights
 	if err == nil && c.opt.Verify != nil {
 		err = c.opt.Verify(s.key.layer(), s.key.expert(), s.buf[:s.size])
@@ -341,7 +375,6 @@ func (c *Cache) Prefetch(l int, experts []int) {
 	c.dropBatch()
 	c.batch++
 	c.tick++
-	var starts []*slot
 	for _, e := range experts {
 		if c.checkKey(l, e) != nil {
 			continue // Expert reports the error
@@ -363,19 +396,15 @@ func (c *Cache) Prefetch(l int, experts []int) {
 			c.st.hits++
 			ent.s = s
 		} else if s, err := c.grab(c.blobs.BufSize(l)); err == nil && s != nil {
-			c.startLoad(s, k)
+			c.startLoad(s, k, false)
 			c.st.misses++
 			s.tick = c.tick
 			ent.s = s
-			starts = append(starts, s)
 		} else {
 			ent.counted = false // counted when it gets a slot
 		}
 		c.pfIndex[k] = len(c.pf)
 		c.pf = append(c.pf, ent)
-	}
-	for _, s := range starts {
-		go c.load(s)
 	}
 }
 
@@ -418,11 +447,10 @@ func (c *Cache) pump() {
 		if err != nil || s == nil {
 			return
 		}
-		c.startLoad(s, ent.k)
+		c.startLoad(s, ent.k, false)
 		c.count1(ent, false)
 		s.tick = c.tick
 		ent.s = s
-		go c.load(s)
 	}
 }
 
@@ -461,6 +489,7 @@ func (c *Cache) Expert(l, e int) (*runtime.ExpertWeights, error) {
 		return nil, err
 	}
 	k := mkKey(l, e)
+	t0 := time.Now()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -512,6 +541,7 @@ func (c *Cache) Expert(l, e int) (*runtime.ExpertWeights, error) {
 	<-done
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.st.stall += time.Since(t0)
 	if s.state == stFailed {
 		err := s.err
 		c.releaseLocked(s, 1)
@@ -540,8 +570,7 @@ func (c *Cache) acquire(k key) (s *slot, hit bool, err error) {
 			return nil, false, err
 		}
 		if s != nil {
-			c.startLoad(s, k)
-			go c.load(s)
+			c.startLoad(s, k, true)
 			return s, false, nil
 		}
 		if c.steal() {
@@ -581,9 +610,13 @@ func (c *Cache) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.cond.Broadcast()
+	c.work.Broadcast()
 	for len(c.loading) > 0 {
 		c.cond.Wait()
 	}
+	c.mu.Unlock()
+	c.workers.Wait()
+	c.mu.Lock()
 	for _, s := range c.slots {
 		freeAligned(s.buf)
 		s.buf = nil
@@ -636,6 +669,8 @@ type Stats struct {
 	// prefetched expert's reservation was given up under pressure and the
 	// expert evicted before its use.
 	Loads int64
+	// Stall is the time Expert calls spent waiting (for a read or a slot).
+	Stall time.Duration
 
 	Reads       int64 // positional reads issued (one per blob, or per section)
 	DirectReads int64 // of those, reads that bypassed the page cache
@@ -663,7 +698,7 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	p50, p99 := c.lat.percentiles()
 	return Stats{
-		Requests: c.st.requests, Hits: c.st.hits, Misses: c.st.misses, Waits: c.st.waits, Evicted: c.st.evictions, Loads: c.st.loads,
+		Requests: c.st.requests, Hits: c.st.hits, Misses: c.st.misses, Waits: c.st.waits, Evicted: c.st.evictions, Loads: c.st.loads, Stall: c.st.stall,
 		Reads: c.st.reads, DirectReads: c.st.directReads, BytesRead: c.st.bytesRead,
 		ReadP50: p50, ReadP99: p99,
 		Budget: c.budget, Allocated: c.allocated, PeakAllocated: c.st.peakAllocated, Resident: len(c.index),
