@@ -165,6 +165,10 @@ func (s *runSettings) thinking() *bool {
 	return &f
 }
 
+// heapMargin is the Go heap allowed beyond the dense weights (0: no limit;
+// the tests, which share one process with other commands' tests, set 0).
+var heapMargin int64 = 256 << 20
+
 // openRunner loads the model and bounds the Go heap to the dense weights
 // plus a margin (the expert cache lives outside it).
 func openRunner(s *runSettings) (*runner.Runner, error) {
@@ -172,7 +176,9 @@ func openRunner(s *runSettings) (*runner.Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.LimitHeap(256 << 20)
+	if heapMargin > 0 {
+		r.LimitHeap(heapMargin)
+	}
 	return r, nil
 }
 

@@ -20,6 +20,10 @@ import (
 
 const genModel = "../../testdata/tiny/qwen3_next-q4g64"
 
+// The heap limit generate sets is process-wide: keep it out of the test
+// binary, which runs every command's tests.
+func init() { heapMargin = 0 }
+
 func runGenCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	app := newApp()
