@@ -139,4 +139,3 @@ func interspersedArgs(app *cli.App, args []string) []string {
 	out = append(out, flags...)
 	return append(out, pos...)
 }
-
