@@ -40,10 +40,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/hfhub/hubtest"
@@ -231,12 +228,6 @@ func mk(bytes int64, d time.Duration, cpu time.Duration) figure {
 	return f
 }
 
-func selfCPU() time.Duration {
-	var r syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r)
-	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
-}
-
 func timeB3sum(b3 string, files []string, total int64) figure {
 	cmd := exec.Command(b3, append([]string{"--num-threads", "2", "--"}, files...)...)
 	cmd.Stdout = io.Discard
@@ -330,12 +321,12 @@ func syncFiles(files []string) {
 			f.Close()
 		}
 	}
-	unix.Sync()
+	syncAll()
 }
 
 func drop(files []string) {
 	if *dropAll {
-		unix.Sync()
+		syncAll()
 		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err == nil {
 			return
 		}
@@ -347,7 +338,7 @@ func drop(files []string) {
 		if err != nil {
 			continue
 		}
-		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		dropFile(f)
 		f.Close()
 	}
 }
