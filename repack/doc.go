@@ -2,4 +2,61 @@
 // seen as one io.ReaderAt per shard) into a .qpack container: it plans every
 // tensor copy from the shard headers, executes coalesced range reads with
 // positional writes, and keeps a journal so a killed repack resumes.
+//
+// # Plan
+//
+// PlanSource reads config.json and each shard's header (two small reads per
+// shard) and BuildPlan maps every tensor: stacked routed experts
+// (*.switch_mlp.* / *.switch_glu.*, [E, ...]) to their section in every
+// expert blob of their layer, other tensors to model.safetensors, mtp.* and
+// vision/audio towers to the skipped list. Everything inconsistent is an
+// error before a byte is written.
+//
+// # Execute
+//
+// Every shard is cut into ranges of RangeSize bytes (32 MiB) that tile it
+// from byte 0 to its end, so that every byte of every shard passes through
+// its hash; bytes that go nowhere (the header, skipped tensors) are "gap"
+// bytes. Workers (8 for the Hub, 2 for a directory) stream ranges through a
+// small tile buffer and write each piece with a positional write into the
+// pre-sized files of a qpack.Writer in "<output>.partial/"; gap bytes go to
+// a per-range spill file in the partial directory.
+//
+// One committer takes the ranges strictly in order. For each it re-reads
+// from disk what the range wrote (and its spill file), in source order, and
+// feeds those bytes to the shard's sha256 (and, for a Hub file stored
+// without LFS, its git blob sha1) and the written bytes to a BLAKE3 range
+// digest. At a shard's last range the hash is compared with what the Hub
+// published; a mismatch fails the repack, names the shard, and drops the
+// shard from the journal so a rerun fetches it again. Workers may run ahead
+// of the committer by at most 2N+2 ranges, which bounds memory (N tiles)
+// and spill space.
+//
+// # Journal and resume
+//
+// The journal (<output>.partial/.repack-journal.json) is bound to the plan's
+// fingerprint, the range size and the source's identity (commit, or the
+// shards' names, sizes and modification times). It holds the frontier F:
+// ranges [0, F) are complete: written, fsynced, digested and hashed. It
+// records their digests, the sha256 of every finished shard, and the
+// marshalled sha256 midstate of the shard F is in. It is replaced
+// atomically (temp file, fsync, rename, directory fsync) after fsyncing the
+// container's files, in the background every 256 MiB or 2 s.
+//
+// A resumed run re-digests ranges [0, F) from disk and fetches again only
+// those whose bytes changed (their hash is already in the midstate; the
+// re-fetched bytes must match the recorded digest), then continues the
+// shard hash from the midstate at F. No completed range is fetched again.
+// Ranges after F that were written but not committed are simply redone.
+// Because completion is in order, the bytes hashed are always exactly the
+// shard's bytes in order: there is no need to re-assemble the shard.
+//
+// A changed plan, range size or source is refused unless DiscardPartial is
+// set. An exclusive flock on "<output>.lock" keeps two repacks apart.
+// qpack's Finish hashes every file and expert blob into the manifest,
+// removes the working files (journal, spill directory), renames the
+// directory into place and fsyncs the parent; a run killed in there resumes
+// too (a finished partial directory is checked against its manifest's
+// digests and renamed; a complete container from the same Hub commit is
+// reported as already complete).
 package repack

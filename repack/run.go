@@ -119,6 +119,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	o.Output = filepath.Clean(out)
+	if st, err := os.Stat(filepath.Dir(o.Output)); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("the directory of the output, %s, does not exist", filepath.Dir(o.Output))
+	}
+	res, err := run(ctx, o, start)
+	if err != nil && ctx.Err() != nil {
+		return res, fmt.Errorf("interrupted (%w); run the same command again to resume", err)
+	}
+	return res, err
+}
+
+func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 
 	src := o.Source
 	switch {

@@ -71,7 +71,7 @@ func main() {
 	experts := flag.Int("experts", 256, "experts per layer")
 	rounds := flag.Int("rounds", 2, "rounds per contender (the fastest is kept)")
 	cold := flag.Bool("cold", false, "drop the page cache before each run (needs root)")
-	hubCap := flag.Int64("hub-cap", 48<<20, "per-connection bandwidth cap of the fake Hub, bytes/s")
+	hubCaps := flag.String("hub-caps", "48000000,12000000", "per-connection bandwidth caps of the fake Hub to measure, bytes/s, comma separated")
 	conns := flag.Int("connections", 8, "connections for the Hub benchmark")
 	skipHub := flag.Bool("skip-hub", false, "skip the Hub benchmark")
 	asJSON := flag.Bool("json", false, "print the results as JSON")
@@ -99,7 +99,16 @@ func main() {
 		runChild(*child, *src, *out, *hubURL, *repo, *conns)
 		return
 	}
-	if err := run(*dir, *layers, *small, *experts, *rounds, *cold, *hubCap, *conns, *skipHub, *asJSON); err != nil {
+	var caps []int64
+	for _, c := range strings.Split(*hubCaps, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(c), 10, 64)
+		if err != nil || n <= 0 {
+			fmt.Fprintln(os.Stderr, "bench/repack: bad -hub-caps entry", c)
+			os.Exit(2)
+		}
+		caps = append(caps, n)
+	}
+	if err := run(*dir, *layers, *small, *experts, *rounds, *cold, caps, *conns, *skipHub, *asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/repack:", err)
 		os.Exit(1)
 	}
@@ -421,7 +430,7 @@ func timeCmd(name string, args ...string) (float64, error) {
 	return time.Since(start).Seconds(), err
 }
 
-func run(dir string, layers, small, experts, rounds int, cold bool, hubCap int64, conns int, skipHub, asJSON bool) error {
+func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []int64, conns int, skipHub, asJSON bool) error {
 	work, err := os.MkdirTemp(dir, "qpack-bench-repack-")
 	if err != nil {
 		return err
@@ -518,62 +527,14 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCap int64
 		MBps: float64(smallBytes) / time.Since(start).Seconds() / 1e6, VmHWMMiB: float64(rep.VmHWMKiB) / 1024,
 		Note: fmt.Sprintf("peak RSS vs %d layers: %.2fx", layers, float64(rep.VmHWMKiB)/float64(bigHWM))})
 
-	// 3. Hub streaming vs a plain parallel download, same cap.
-	if !skipHub {
-		s, err := hubtest.NewServer(hubtest.Config{BandwidthPerConn: hubCap})
-		if err != nil {
+	// 3. Hub streaming vs a plain parallel download, same caps.
+	for _, hubCap := range hubCaps {
+		if skipHub {
+			break
+		}
+		if err := hubBench(sm, out, smallBytes, hubCap, conns, rounds, &figs, logf); err != nil {
 			return err
 		}
-		defer s.Close()
-		var files []hubtest.File
-		ents, _ := os.ReadDir(sm)
-		for _, e := range ents {
-			p := filepath.Join(sm, e.Name())
-			if strings.HasSuffix(e.Name(), ".safetensors") {
-				f, err := os.Open(p)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				st, _ := f.Stat()
-				files = append(files, hubtest.File{Path: e.Name(), Content: fileContent{f, st.Size()}, LFS: true})
-				continue
-			}
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			files = append(files, hubtest.File{Path: e.Name(), Data: data})
-		}
-		t0 := time.Now()
-		s.MustAddRepo("bench/synthetic", files, hubtest.RepoOptions{})
-		logf("fake Hub ready in %.1fs (cap %d MB/s per connection, %d connections)", time.Since(t0).Seconds(), hubCap/1e6, conns)
-		bestHub := map[string]float64{}
-		var hubHWM int64
-		for r := 0; r < rounds; r++ {
-			start := time.Now()
-			if _, err := child("-child", "download", "-hub", s.URL, "-repo", "bench/synthetic", "-connections", strconv.Itoa(conns)); err != nil {
-				return err
-			}
-			dl := time.Since(start).Seconds()
-			start = time.Now()
-			rep, err := child("-child", "repack", "-hub", s.URL, "-repo", "bench/synthetic", "-out", out, "-connections", strconv.Itoa(conns))
-			if err != nil {
-				return err
-			}
-			rp := time.Since(start).Seconds()
-			os.RemoveAll(out)
-			logf("round %d: plain download %.2fs, streaming repack %.2fs (VmHWM %d KiB)", r, dl, rp, rep.VmHWMKiB)
-			upd(bestHub, "dl", dl)
-			upd(bestHub, "rp", rp)
-			hubHWM = max(hubHWM, rep.VmHWMKiB)
-		}
-		note := fmt.Sprintf("%d connections capped at %d MB/s each", conns, hubCap/1e6)
-		figs = append(figs,
-			figure{Name: "plain parallel download (baseline)", Bytes: smallBytes, Seconds: bestHub["dl"], MBps: float64(smallBytes) / bestHub["dl"] / 1e6, Note: note},
-			figure{Name: "repack --from-hf (fake Hub)", Bytes: smallBytes, Seconds: bestHub["rp"], MBps: float64(smallBytes) / bestHub["rp"] / 1e6,
-				VmHWMMiB: float64(hubHWM) / 1024, Ratio: bestHub["rp"] / bestHub["dl"], Note: note + "; ratio = wall time vs baseline"},
-		)
 	}
 
 	if asJSON {
@@ -593,6 +554,64 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCap int64
 		}
 		fmt.Printf("%-40s %10.2f %9.2f %9.0f %10s %7s  %s\n", f.Name, float64(f.Bytes)/1e9, f.Seconds, f.MBps, hwm, ratio, f.Note)
 	}
+	return nil
+}
+
+func hubBench(sm, out string, smallBytes, hubCap int64, conns, rounds int, figs *[]figure, logf func(string, ...any)) error {
+	s, err := hubtest.NewServer(hubtest.Config{BandwidthPerConn: hubCap})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var files []hubtest.File
+	ents, _ := os.ReadDir(sm)
+	for _, e := range ents {
+		p := filepath.Join(sm, e.Name())
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			st, _ := f.Stat()
+			files = append(files, hubtest.File{Path: e.Name(), Content: fileContent{f, st.Size()}, LFS: true})
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files = append(files, hubtest.File{Path: e.Name(), Data: data})
+	}
+	t0 := time.Now()
+	s.MustAddRepo("bench/synthetic", files, hubtest.RepoOptions{})
+	logf("fake Hub ready in %.1fs (cap %d MB/s per connection, %d connections)", time.Since(t0).Seconds(), hubCap/1e6, conns)
+	best := map[string]float64{}
+	var hwm int64
+	for r := 0; r < rounds; r++ {
+		start := time.Now()
+		if _, err := child("-child", "download", "-hub", s.URL, "-repo", "bench/synthetic", "-connections", strconv.Itoa(conns)); err != nil {
+			return err
+		}
+		dl := time.Since(start).Seconds()
+		start = time.Now()
+		rep, err := child("-child", "repack", "-hub", s.URL, "-repo", "bench/synthetic", "-out", out, "-connections", strconv.Itoa(conns))
+		if err != nil {
+			return err
+		}
+		rp := time.Since(start).Seconds()
+		os.RemoveAll(out)
+		logf("round %d: plain download %.2fs, streaming repack %.2fs (VmHWM %d KiB)", r, dl, rp, rep.VmHWMKiB)
+		upd(best, "dl", dl)
+		upd(best, "rp", rp)
+		hwm = max(hwm, rep.VmHWMKiB)
+	}
+	note := fmt.Sprintf("%d connections capped at %d MB/s each", conns, hubCap/1e6)
+	*figs = append(*figs,
+		figure{Name: "plain parallel download (baseline)", Bytes: smallBytes, Seconds: best["dl"], MBps: float64(smallBytes) / best["dl"] / 1e6, Note: note},
+		figure{Name: "repack --from-hf (fake Hub)", Bytes: smallBytes, Seconds: best["rp"], MBps: float64(smallBytes) / best["rp"] / 1e6,
+			VmHWMMiB: float64(hwm) / 1024, Ratio: best["rp"] / best["dl"], Note: note + "; ratio = wall time vs baseline"},
+	)
 	return nil
 }
 
