@@ -733,3 +733,49 @@ func TestPrebuilt(t *testing.T) {
 	}
 	mustNotExist(t, out2)
 }
+
+// An interrupted prebuilt download resumes: files already verified are not
+// fetched again.
+func TestPrebuiltResume(t *testing.T) {
+	src := variant(t, "qwen3_5_moe-q4g32")
+	built := filepath.Join(t.TempDir(), "built.qpack")
+	runDir(t, src, built, nil)
+	var files []hubtest.File
+	for p, d := range treeFiles(t, built) {
+		files = append(files, hubtest.File{Path: p, Data: d, LFS: strings.HasSuffix(p, ".bin") || strings.HasSuffix(p, ".safetensors")})
+	}
+	s := newHub(t, hubtest.Config{})
+	s.MustAddRepo("org/tiny-qpack", files, hubtest.RepoOptions{})
+	s.Inject(hubtest.Fault{Kind: hubtest.FaultStatus, Status: 500, Route: hubtest.RouteCDN, Path: "packed_experts/layer_06.bin", Times: -1})
+	out := filepath.Join(t.TempDir(), "dl.qpack")
+	o := hubOpts(s, "org/tiny-qpack", out)
+	o.Connections = 1
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "layer_06.bin") {
+		t.Fatalf("err = %v", err)
+	}
+	mustNotExist(t, out)
+	fetched := map[string]bool{}
+	for _, r := range s.Requests() {
+		if r.Route == hubtest.RouteCDN && (r.Status == 206 || r.Status == 200) {
+			fetched[r.File] = true
+		}
+	}
+	if len(fetched) == 0 {
+		t.Fatal("nothing was fetched before the failure")
+	}
+	s.ClearFaults()
+	s.ResetLog()
+	res, err := Run(context.Background(), hubOpts(s, "org/tiny-qpack", out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Resumed || res.Mode != "prebuilt" {
+		t.Errorf("result %+v", res)
+	}
+	for _, r := range s.Requests() {
+		if r.Route == hubtest.RouteCDN && r.Method == "GET" && fetched[r.File] {
+			t.Errorf("%s fetched again after it was complete", r.File)
+		}
+	}
+	sameContainer(t, built, out, false)
+}
