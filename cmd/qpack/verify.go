@@ -260,6 +260,7 @@ func (p *phaseBar) update(pr verify.Progress) {
 			progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetDescription(desc),
 			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowCount(),
 			progressbar.OptionShowTotalBytes(true),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionSetElapsedTime(true),
