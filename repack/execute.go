@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -154,9 +153,6 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 			b := buf[:n]
 			if _, err := io.ReadFull(body, b); err != nil {
 				return fmt.Errorf("reading bytes %d-%d: %w", pos, pos+n, err)
-			}
-			if x.hooks != nil && x.hooks.corrupt != nil {
-				x.hooks.corrupt(r.shard, pos, b)
 			}
 			x.fetched.Add(n)
 			// Dispatch [pos, pos+n) to the pieces it covers.
@@ -628,5 +624,3 @@ func (x *executor) resetShard(s int) {
 	}
 	x.j.HashState, x.j.BlobState = "", ""
 }
-
-var errStopped = errors.New("stopped by a test hook")

@@ -1,6 +1,8 @@
 package repack
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -30,4 +32,34 @@ func TestRepackDirVariants(t *testing.T) {
 			t.Logf("%+v", res.Shards)
 		})
 	}
+}
+
+var errStopped = errors.New("stopped by a test hook")
+
+// A Hugging Face cache snapshot links its files to blobs: shards reached
+// through symlinks are read like files.
+func TestRepackSymlinkedSnapshot(t *testing.T) {
+	src := variant(t, "qwen3_next-q4g64")
+	snap := filepath.Join(t.TempDir(), "snapshots", "abc")
+	if err := os.MkdirAll(snap, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(src)
+	for _, e := range ents {
+		if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(snap, e.Name())); err != nil {
+			t.Skip("symlinks not available:", err)
+		}
+	}
+	ref := filepath.Join(t.TempDir(), "ref.qpack")
+	runDir(t, src, ref, nil)
+	out := filepath.Join(t.TempDir(), "out.qpack")
+	runDir(t, snap, out, nil)
+	// Only the source directory's name (recorded in the manifest) differs.
+	a, b := treeFiles(t, ref), treeFiles(t, out)
+	for p := range a {
+		if p != "manifest.json" && string(a[p]) != string(b[p]) {
+			t.Errorf("%s differs", p)
+		}
+	}
+	checkAgainstSource(t, src, out)
 }

@@ -187,13 +187,6 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 	return repack(ctx, o, src, start)
 }
 
-// Prepared is a planned repack, for callers that want to see the plan
-// before running it.
-type Prepared struct {
-	Plan  *Plan
-	Index bool // the source had model.safetensors.index.json
-}
-
 // PlanSource reads config.json and every shard header of src and builds the
 // plan; any inconsistency is an error that names the file and tensor.
 func PlanSource(ctx context.Context, src Source) (*Plan, error) {
