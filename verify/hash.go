@@ -209,9 +209,6 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 				return
 			}
 			n := min(bs, j.end-off)
-			if !v.o.KeepCache && off+n < j.end {
-				willNeed(f, off+n, min(bs, j.end-off-n))
-			}
 			got, err := f.ReadAt(buf[:n], off)
 			if !v.o.KeepCache {
 				dropCache(f, off, int64(got))

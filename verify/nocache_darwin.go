@@ -10,7 +10,7 @@ import (
 
 // On darwin F_NOCACHE turns off caching for reads through this descriptor
 // (the unified buffer cache keeps no pages for them); there is no per-range
-// drop as on Linux, so dropCache and willNeed do nothing.
+// drop as on Linux, so dropCache does nothing.
 
 func adviseSequential(f *os.File) {
 	rc, err := f.SyscallConn()
@@ -23,5 +23,3 @@ func adviseSequential(f *os.File) {
 func adviseRandom(f *os.File) { adviseSequential(f) }
 
 func dropCache(*os.File, int64, int64) {}
-
-func willNeed(*os.File, int64, int64) {}

@@ -28,10 +28,6 @@ func dropCache(f *os.File, off, n int64) {
 	withFd(f, func(fd int) { _ = unix.Fadvise(fd, off, n, unix.FADV_DONTNEED) })
 }
 
-func willNeed(f *os.File, off, n int64) {
-	withFd(f, func(fd int) { _ = unix.Fadvise(fd, off, n, unix.FADV_WILLNEED) })
-}
-
 func withFd(f *os.File, fn func(fd int)) {
 	rc, err := f.SyscallConn()
 	if err != nil {

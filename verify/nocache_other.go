@@ -11,5 +11,3 @@ func adviseSequential(*os.File) {}
 func adviseRandom(*os.File) {}
 
 func dropCache(*os.File, int64, int64) {}
-
-func willNeed(*os.File, int64, int64) {}
