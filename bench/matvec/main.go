@@ -7,9 +7,10 @@
 // over copy GB/s (copy moves every byte twice, read and write, so a
 // read-only kernel at full memory speed can exceed 1).
 //
-// Each kernel is timed in rounds alternating with the copy baseline, and the
-// fastest time of each is kept: on a machine shared with other work the
-// minimum is the figure least disturbed by it.
+// Each kernel is timed in rounds alternating with the copy baseline. The
+// times reported are the fastest (on a machine shared with other work, the
+// least disturbed); the ratio is the median over rounds of the ratio within
+// a round (copy time / kernel time), which cancels slow load changes.
 //
 //	go run ./bench/matvec [-mib 512] [-threads 2] [-rounds 8] [-json]
 package main
@@ -23,6 +24,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"sort"
 	"sync"
 	"time"
 
@@ -30,13 +32,14 @@ import (
 )
 
 type result struct {
-	Name    string  `json:"name"`
-	Bytes   int64   `json:"bytes"`    // weight bytes streamed per call (times vectors for MatMul: see Vectors)
-	Vectors int     `json:"vectors"`  // input vectors per call
-	Seconds float64 `json:"seconds"`  // fastest time per call
-	GBps    float64 `json:"gb_per_s"` // packed weight bytes per second (1e9)
-	Ratio   float64 `json:"ratio_to_copy"`
-	Note    string  `json:"note,omitempty"`
+	Name    string     `json:"name"`
+	Bytes   int64      `json:"bytes"`         // weight bytes streamed per call (times vectors for MatMul: see Vectors)
+	Vectors int        `json:"vectors"`       // input vectors per call
+	Seconds float64    `json:"seconds"`       // fastest time per call
+	GBps    float64    `json:"gb_per_s"`      // packed weight bytes per second (1e9), fastest round
+	Ratio   float64    `json:"ratio_to_copy"` // median over rounds of copy time / kernel time
+	MinMax  [2]float64 `json:"ratio_range"`   // smallest and largest round ratio
+	Note    string     `json:"note,omitempty"`
 }
 
 func main() {
@@ -72,12 +75,20 @@ func main() {
 		y := make([]float32, n*m.Rows)
 		m.MatMul(y, x, n) // warm up
 		t := math.Inf(1)
-		for i := 0; i < *iters; i++ {
-			copyTime = min(copyTime, fastest(1, copyFn))
-			t = min(t, fastest(3, func() { m.MatMul(y, x, n) }))
+		ratios := make([]float64, *iters)
+		for i := range ratios {
+			// The copy is of size bytes, the kernel of len(m.Weight): compare
+			// per byte.
+			c := fastest(1, copyFn) / float64(size)
+			k := fastest(3, func() { m.MatMul(y, x, n) })
+			copyTime = min(copyTime, c*float64(size))
+			t = min(t, k)
+			ratios[i] = c * float64(len(m.Weight)) / k
 		}
+		sort.Float64s(ratios)
 		gb := float64(len(m.Weight)) / t / 1e9
-		results = append(results, result{Name: name, Bytes: int64(len(m.Weight)), Vectors: n, Seconds: t, GBps: gb, Note: note})
+		results = append(results, result{Name: name, Bytes: int64(len(m.Weight)), Vectors: n, Seconds: t, GBps: gb,
+			Ratio: ratios[len(ratios)/2], MinMax: [2]float64{ratios[0], ratios[len(ratios)-1]}, Note: note})
 	}
 
 	// int4 g64, bf16 scales: the main format.
@@ -114,10 +125,7 @@ func main() {
 	add("bf16 dense MatVec", mb, 1, fmt.Sprintf("[%d, %d]", size/(2*cols), cols))
 
 	copyGB := float64(size) / copyTime / 1e9
-	for i := range results {
-		results[i].Ratio = results[i].GBps / copyGB
-	}
-	results = append([]result{{Name: "copy baseline", Bytes: int64(size), Seconds: copyTime, GBps: copyGB, Ratio: 1,
+	results = append([]result{{Name: "copy baseline", Bytes: int64(size), Seconds: copyTime, GBps: copyGB, Ratio: 1, MinMax: [2]float64{1, 1},
 		Note: fmt.Sprintf("copy() over %d goroutines", *threads)}}, results...)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -127,10 +135,11 @@ func main() {
 		}))
 		return
 	}
-	fmt.Printf("mlxq matvec benchmark: %d MiB of packed weights, %d threads, %s/%s, fastest of %d rounds\n",
+	fmt.Printf("mlxq matvec benchmark: %d MiB of packed weights, %d threads, %s/%s, %d rounds\n",
 		*mib, *threads, runtime.GOOS, runtime.GOARCH, *iters)
+	fmt.Printf("%-38s %10s %10s %11s %13s\n", "", "best time", "best GB/s", "x copy", "(round range)")
 	for _, res := range results {
-		fmt.Printf("%-38s %8.2f ms  %7.2f GB/s  %5.2fx copy   %s\n", res.Name, res.Seconds*1e3, res.GBps, res.Ratio, res.Note)
+		fmt.Printf("%-38s %7.2f ms %10.2f %10.2fx   (%.2f-%.2f)  %s\n", res.Name, res.Seconds*1e3, res.GBps, res.Ratio, res.MinMax[0], res.MinMax[1], res.Note)
 	}
 }
 
