@@ -340,7 +340,8 @@ func TestNewQuantizedErrors(t *testing.T) {
 		{4, 64, 4, 32, F32, w, s, s, "scales are"},
 		{0, 64, 4, 32, BF16, nil, nil, nil, "shape"},
 		{-1, 64, 4, 32, BF16, w, s, s, "shape"},
-		{1 << 31, 1 << 31, 4, 32, BF16, w, s, s, "shape"},
+		{maxDim + 32, 64, 4, 32, BF16, w, s, s, "shape"},
+		{1 << 29, 1 << 29, 4, 32, BF16, w, s, s, "shape"}, // 2^58 elements
 	}
 	for _, c := range cases {
 		_, err := NewQuantized(c.rows, c.cols, c.bits, c.group, c.t, c.w, c.s, c.b)
