@@ -20,7 +20,8 @@ const (
 var useAsm = asmAvailable
 
 // MatVec computes y = W x: y[r] = sum_i W[r,i]*x[i], on the packed data.
-// len(y) must be Rows and len(x) Cols.
+// len(y) must be Rows and len(x) Cols; y must not overlap x. It is safe to
+// call concurrently on the same Matrix.
 func (m Matrix) MatVec(y, x []float32) {
 	if len(y) != m.Rows || len(x) != m.Cols {
 		panic(fmt.Sprintf("mlxq: MatVec: len(y)=%d len(x)=%d for a [%d, %d] matrix", len(y), len(x), m.Rows, m.Cols))
@@ -29,8 +30,8 @@ func (m Matrix) MatVec(y, x []float32) {
 }
 
 // MatMul computes Y[v] = W X[v] for n input vectors: X is n*Cols values
-// (row-major, one vector per row), Y is n*Rows. Each weight row is read once
-// for all n vectors.
+// (row-major, one vector per row), Y is n*Rows; Y must not overlap X. Each
+// weight row is read once for all n vectors.
 func (m Matrix) MatMul(Y, X []float32, n int) {
 	if n < 1 || len(X) != n*m.Cols || len(Y) != n*m.Rows {
 		panic(fmt.Sprintf("mlxq: MatMul: len(Y)=%d len(X)=%d n=%d for a [%d, %d] matrix", len(Y), len(X), n, m.Rows, m.Cols))
@@ -42,7 +43,7 @@ func (m Matrix) MatMul(Y, X []float32, n int) {
 	rb := m.RowBytes()
 	parallelRows(m.Rows, rb*n+2*m.Groups()*n, func(r0, r1 int) {
 		var sb []float32
-		if m.Bits > 0 {
+		if k == kQ4Go || k == kQ8Go || k == kQGo {
 			sb = make([]float32, 2*m.Groups())
 		}
 		m.rows(k, p, Y, r0, r1, sb)
@@ -147,7 +148,7 @@ func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
 }
 
 // rows computes rows [r0, r1) of Y for every vector. sb is scratch for 2*Groups
-// decoded scales and biases (used by the portable quantized kernels).
+// decoded scales and biases, nil unless a portable quantized kernel runs.
 func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float32) {
 	rb := m.RowBytes()
 	cols := m.Cols
@@ -155,7 +156,7 @@ func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float3
 	n := p.n
 	sbytes := ng * m.Type.Size() // scale (and bias) bytes per row
 	var s, b []float32
-	if m.Bits > 0 {
+	if sb != nil {
 		s, b = sb[:ng], sb[ng:2*ng]
 	}
 	var out [4]float32
@@ -166,7 +167,7 @@ func (m Matrix) rows(k kernelKind, p *plan, Y []float32, r0, r1 int, sb []float3
 		if m.Bits > 0 {
 			rs = m.Scales[r*sbytes : (r+1)*sbytes]
 			rbias = m.Biases[r*sbytes : (r+1)*sbytes]
-			if k != kQAsm && k != kQAnyAsm {
+			if s != nil {
 				DecodeFloats(s, rs, m.Type)
 				DecodeFloats(b, rbias, m.Type)
 			}
