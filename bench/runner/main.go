@@ -306,6 +306,9 @@ type decodeRow struct {
 	ComputeMs     float64      `json:"compute_ms_per_token"`
 	TokenMs       float64      `json:"ms_per_token"`
 	Overlap       float64      `json:"overlap"`
+	// RatioToBound is decode tok/s over the better of the I/O limit and
+	// the compute-only rate: what perfect overlap would reach.
+	RatioToBound float64 `json:"ratio_to_min_io_compute"`
 }
 
 func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertcache.IOMode, dir string, keep, asJSON bool) error {
@@ -389,6 +392,7 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 			t := 1e3 / res.TokPerSec
 			row.IOMs, row.ComputeMs, row.TokenMs = io, computeMs, t
 			row.Overlap = max(0, min(1, (computeMs+io-t)/min(computeMs, io)))
+			row.RatioToBound = res.TokPerSec / min(row.IOLimitTokS, warm.TokPerSec)
 		}
 		row.RSSOverBudget = res.PeakRSS - res.Dense - res.Budget
 		row.RSSOverAlloc = res.PeakRSS - res.Dense - res.PeakAllocated
@@ -423,19 +427,19 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		layers, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
 	fmt.Printf("load average (1 min) before %s, after %s; best of %d rounds\n", loadBefore, loadAfter, rounds)
 	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
-	fmt.Printf("%-17s %9s %8s %11s %10s %11s %11s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "pread BW", "I/O limit", "decode", "vs limit", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
+	fmt.Printf("%-17s %9s %8s %11s %10s %11s %11s %8s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "pread BW", "I/O limit", "decode", "vs limit", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
 	for _, r := range rows {
 		x := r.Res
 		limit, ratio := "-", "-"
 		if r.IOLimitTokS > 0 {
 			limit, ratio = fmt.Sprintf("%.2f tok/s", r.IOLimitTokS), fmt.Sprintf("%.2fx", r.RatioToLimit)
 		}
-		fmt.Printf("%-17s %9s %7.1f%% %11s %7.0f MB/s %11s %5.2f tok/s %8s %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
-			mib(x.BytesPerToken), r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
+		fmt.Printf("%-17s %9s %7.1f%% %11s %7.0f MB/s %11s %5.2f tok/s %8s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+			mib(x.BytesPerToken), r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
 	}
 	fmt.Printf("%-17s %9s %7.1f%% %11s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
 		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
-	fmt.Println("(overlap: share of the shorter of compute and I/O time hidden behind the other; I/O limit: pread bandwidth / bytes read per token)")
+	fmt.Println("(I/O limit: pread bandwidth / bytes read per token; vs bound: against the lower of the I/O limit and the compute-only rate, what perfect overlap would give; overlap: share of the shorter of compute and I/O time hidden behind the other)")
 	fmt.Printf("(dense weights in RAM: %s; RSS-dense-B is peak RSS minus dense weights minus the cache budget)\n", mib(float64(rows[0].Res.Dense)))
 	fmt.Printf("\nprefill of %d tokens, cache %s, cold:\n", prompt, mib(float64(pb)))
 	for _, p := range pre {
