@@ -14,9 +14,11 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// quickRunBytes is the size of one job in quick mode, where a layer file is
-// split into runs of experts that different workers hash at once.
-const quickRunBytes = 128 << 20
+// runBytes is the size of one job when layer files are checked by expert
+// digests alone: a layer file is then split into runs of experts that
+// different workers hash at once. (A variable so tests can make runs
+// small.)
+var runBytes int64 = 128 << 20
 
 // job is a contiguous byte range of one file that one worker reads and
 // hashes sequentially.
@@ -83,7 +85,7 @@ func (v *verifier) plan() []*job {
 		case v.o.Full:
 			jobs = append(jobs, &job{file: p, end: size, whole: true, layer: layer, experts: true, padding: true})
 		default:
-			per := max(1, int(quickRunBytes/stride))
+			per := max(1, int(runBytes/stride))
 			for e := 0; e < v.layout.ExpertCount; e += per {
 				n := min(per, v.layout.ExpertCount-e)
 				jobs = append(jobs, &job{file: p, off: int64(e) * stride, end: int64(e+n) * stride,

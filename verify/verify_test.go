@@ -121,6 +121,9 @@ func TestIntactPassesAndReceipt(t *testing.T) {
 // files the layer and expert the byte belongs to.
 func TestFlippedByteSweep(t *testing.T) {
 	f := newFixture(t, next)
+	// Runs of three experts, so layer files are split over several jobs.
+	defer func(n int64) { runBytes = n }(runBytes)
+	runBytes = 3 * f.layout.ExpertStride
 	rng := rand.New(rand.NewPCG(1, 2))
 	stride := f.layout.ExpertStride
 	for _, p := range f.manifest.SortedFiles() {
