@@ -14,6 +14,7 @@ import (
 
 	"github.com/qpack-go/qpack/internal/tinymodel"
 	"github.com/qpack-go/qpack/repack"
+	"github.com/qpack-go/qpack/verify"
 )
 
 // bundledVariant is the tiny checkpoint quickstart runs on: 4-bit, group 64,
@@ -50,6 +51,7 @@ type quickstartSummary struct {
 	Container string         `json:"container"`
 	Repack    *repack.Result `json:"repack"`
 	Inspect   *inspectReport `json:"inspect"`
+	Verify    *verify.Report `json:"verify"`
 	Steps     []string       `json:"steps"`
 	Extra     map[string]any `json:"extra,omitempty"`
 }
@@ -144,6 +146,30 @@ func quickstart(ctx context.Context, w io.Writer, model, workdir string, quiet b
 	if quiet {
 		stepOut = io.Discard // --json: the summary is the only output
 	}
+	say("== 3. verify-install --deep --source %s", model)
+	src, err := verify.OpenDirSource(model)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	vr, err := verify.Verify(ctx, sum.Container, verify.Options{Full: true, Deep: &verify.DeepOptions{Source: src}})
+	src.Close()
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if vr.Status != verify.StatusOK {
+		return nil, fmt.Errorf("verify: the container just written does not verify: %d problems, first: %+v", len(vr.Problems), vr.Problems[0])
+	}
+	rc, err := verify.NewReceipt(vr, version, time.Now())
+	if err == nil {
+		err = verify.WriteReceipt(filepath.Join(sum.Container, verify.ReceiptName), rc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("verify: receipt: %w", err)
+	}
+	sum.Verify = vr
+	sum.Steps = append(sum.Steps, "verify")
+	say("   %d files, %d bytes hashed (BLAKE3), every dense tensor and expert section equal to the source: %s", len(vr.Files), vr.BytesHashed, vr.Status)
+
 	for _, step := range quickstartSteps {
 		if err := step(ctx, stepOut, sum.Container, sum); err != nil {
 			return nil, err

@@ -52,7 +52,13 @@ func TestQuickstart(t *testing.T) {
 	if sum.Inspect == nil || sum.Inspect.Kind != "qpack" || sum.Inspect.Experts == nil || sum.Inspect.Experts.Count != 8 {
 		t.Errorf("inspect step: %+v", sum.Inspect)
 	}
-	if len(sum.Steps) < 2 {
+	if len(sum.Steps) < 3 || sum.Steps[2] != "verify" {
 		t.Errorf("steps %v", sum.Steps)
+	}
+	if sum.Verify == nil || sum.Verify.Status != "ok" || sum.Verify.Deep == nil {
+		t.Errorf("verify step: %+v", sum.Verify)
+	}
+	if _, err := os.Stat(filepath.Join(sum.Container, "verified-install.json")); err != nil {
+		t.Errorf("no receipt: %v", err)
 	}
 }
