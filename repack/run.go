@@ -130,7 +130,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
-
+	if o.Connections > 64 {
+		o.Connections = 64
+	}
 	src := o.Source
 	switch {
 	case o.FromDir != "":
