@@ -54,6 +54,7 @@ func runFlags() []cli.Flag {
 		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass"},
 		&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
+		backendFlag(),
 	}
 }
 
@@ -67,6 +68,7 @@ type runSettings struct {
 	json     bool
 	budget   string
 	closeChk func()
+	backend  runtime.Backend
 }
 
 func float64Flag(l *lateFlags, name string) float64 {
@@ -124,9 +126,15 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 		return nil, withCode(2, err)
 	}
 	s.gen.Stop = l.StringSlice("stop")
+	be, err := selectBackend(l.String("backend"))
+	if err != nil {
+		return nil, withCode(2, err)
+	}
+	s.opts.Backend, s.backend = be, be
 	if l.Bool("verify-experts") {
 		check, closeFn, err := expertVerifier(s.model)
 		if err != nil {
+			closeBackend(be)
 			return nil, withCode(2, err)
 		}
 		s.opts.VerifyExpert, s.closeChk = check, closeFn
@@ -154,6 +162,9 @@ func expertVerifier(model string) (func(l, e int, blob []byte) error, func(), er
 func (s *runSettings) close() {
 	if s.closeChk != nil {
 		s.closeChk()
+	}
+	if s.backend != nil {
+		closeBackend(s.backend)
 	}
 }
 
