@@ -130,19 +130,6 @@ func writeDownloadJSON(w io.Writer, res *hfhub.DownloadResult, start time.Time, 
 	return enc.Encode(out)
 }
 
-func sizeIEC(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // termProgress draws one bar for the total (bytes, rate, ETA) whose label
 // names the file being fetched and its percentage, and prints a line per
 // finished file.

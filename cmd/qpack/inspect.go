@@ -442,15 +442,10 @@ func (r *inspectReport) print(w io.Writer) {
 	}
 }
 
+// humanBytes is sizeIEC with the exact count, for inspect's tables.
 func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
+	if n < 1024 {
+		return sizeIEC(n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.2f %ciB (%d B)", float64(n)/float64(div), "KMGTPE"[exp], n)
+	return fmt.Sprintf("%s (%d B)", sizeIEC(n), n)
 }

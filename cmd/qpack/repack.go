@@ -98,11 +98,11 @@ func printRepackSummary(w io.Writer, r *repack.Result) {
 		fmt.Fprintf(w, "%s is already complete (from %s)\n", r.Output, from)
 		return
 	case r.Mode == "prebuilt":
-		fmt.Fprintf(w, "downloaded the prebuilt container %s to %s: %s in %.1fs\n", from, r.Output, repackBytes(r.OutputBytes), r.Seconds)
+		fmt.Fprintf(w, "downloaded the prebuilt container %s to %s: %s in %.1fs\n", from, r.Output, sizeIEC(r.OutputBytes), r.Seconds)
 		return
 	}
 	fmt.Fprintf(w, "repacked %s into %s: %s from %s of shards in %.1fs (%s/s)\n",
-		from, r.Output, repackBytes(r.OutputBytes), repackBytes(r.SourceBytes), r.Seconds, repackBytes(int64(r.Throughput)))
+		from, r.Output, sizeIEC(r.OutputBytes), sizeIEC(r.SourceBytes), r.Seconds, sizeIEC(int64(r.Throughput)))
 	if r.Resumed {
 		fmt.Fprintf(w, "  resumed: %d of %d ranges were already complete", r.RangesReused, r.Ranges)
 		if r.RangesRedone > 0 {
@@ -115,10 +115,10 @@ func printRepackSummary(w io.Writer, r *repack.Result) {
 		if s.Verified {
 			how = "sha256 verified against the Hub"
 		}
-		fmt.Fprintf(w, "  %s  %s  %s (%s)\n", s.SHA256, repackBytes(s.Size), s.Name, how)
+		fmt.Fprintf(w, "  %s  %s  %s (%s)\n", s.SHA256, sizeIEC(s.Size), s.Name, how)
 	}
 	if len(r.Skipped) > 0 {
-		fmt.Fprintf(w, "  skipped %d tensors (%s):", len(r.Skipped), repackBytes(r.SkippedBytes))
+		fmt.Fprintf(w, "  skipped %d tensors (%s):", len(r.Skipped), sizeIEC(r.SkippedBytes))
 		for i, s := range r.Skipped {
 			if i == 5 {
 				fmt.Fprintf(w, " ... and %d more", len(r.Skipped)-5)
@@ -135,19 +135,6 @@ func repackShortCommit(c string) string {
 		return c[:12]
 	}
 	return c
-}
-
-func repackBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func repackIsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
