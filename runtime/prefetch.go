@@ -10,3 +10,15 @@ package runtime
 type ExpertPrefetcher interface {
 	Prefetch(layer int, experts []int)
 }
+
+// ExpertSpeculator is an optional extension of ExpertPrefetcher. When the
+// forward pass is asked to speculate (ForwardOptions.Speculate), it calls
+// Speculate(l, guess) before layer l's attention or DeltaNet mixer, with
+// the experts that layer l's router picks from the hidden state entering
+// the layer, most likely first: a guess at the Prefetch that follows the
+// mixer. A source can start reading them so that the reads overlap the
+// mixer. It is a hint: it must not block on I/O, must not change what
+// Expert returns, and the next Prefetch supersedes it.
+type ExpertSpeculator interface {
+	Speculate(layer int, experts []int)
+}

@@ -116,6 +116,13 @@ type pfEntry struct {
 	counted  bool  // its hit or miss is counted
 }
 
+// specEntry is one expert named by Speculate.
+type specEntry struct {
+	k    key
+	s    *slot // pinned for it
+	read bool  // Speculate started its read
+}
+
 // Cache is a bounded expert cache. Expert, Release and Stats are safe for
 // concurrent use; Prefetch tracks one batch at a time (one forward pass).
 // A caller must not hold more experts at once than the budget has slots,
@@ -140,7 +147,8 @@ type Cache struct {
 	allocated int64
 	pf        []pfEntry
 	pfIndex   map[key]int
-	batch     uint64 // Prefetch calls so far
+	spec      []specEntry // the last Speculate's experts, pinned until the next batch
+	batch     uint64      // Prefetch calls so far
 	closed    bool
 	st        counters
 	lat       latencies
@@ -152,6 +160,9 @@ type counters struct {
 	stall                                    time.Duration
 	bytesRead, reads, directReads            int64
 	peakAllocated                            int64
+	specNamed, specCorrect, specTargets      int64
+	specReads, specUseful, specCancelled     int64
+	specWasted                               int64
 }
 
 // New returns a cache over blobs.
@@ -201,6 +212,7 @@ func (c *Cache) reader() {
 		s := c.queue[0]
 		c.queue[0] = nil
 		c.queue = c.queue[1:]
+		c.st.loads++
 		c.mu.Unlock()
 		c.load(s)
 		c.mu.Lock()
@@ -306,7 +318,6 @@ func (c *Cache) startLoad(s *slot, k key, urgent bool) {
 	s.state, s.refs, s.err = stLoading, 1, nil
 	s.done = make(chan struct{})
 	c.loading[k] = s
-	c.st.loads++
 	if urgent {
 		c.queue = append([]*slot{s}, c.queue...)
 	} else {
@@ -365,7 +376,10 @@ func (c *Cache) releaseLocked(s *slot, n int) {
 // layer l that the coming requests need, starts reading those that are not
 // resident (as many as the budget has room for; the rest are read as pins
 // drop), and returns without waiting. Pins left from the previous batch
-// that were never requested are dropped first.
+// that were never requested are dropped first, and so are the pins of the
+// last Speculate, once the experts both name are pinned for this batch (a
+// speculative read of an expert this batch does not need is cancelled if
+// it has not started).
 func (c *Cache) Prefetch(l int, experts []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -385,26 +399,117 @@ func (c *Cache) Prefetch(l int, experts []int) {
 		}
 		c.count[c.countIdx(k)]++
 		c.st.requests++
-		ent := pfEntry{k: k, counted: true}
+		ent := pfEntry{k: k}
 		if s := c.index[k]; s != nil {
 			s.refs++
 			s.tick = c.tick
-			c.st.hits++
+			c.count1(&ent, true)
 			ent.s = s
 		} else if s := c.loading[k]; s != nil {
 			s.refs++
-			c.st.hits++
+			s.tick = c.tick
+			c.count1(&ent, true)
+			ent.s = s
+		}
+		// A miss is read by pump below, once the speculation's pins
+		// are gone.
+		c.pfIndex[k] = len(c.pf)
+		c.pf = append(c.pf, ent)
+	}
+	c.settleSpec(l)
+	c.pump()
+}
+
+// settleSpec ends the last speculation against the batch just announced
+// for layer l (l < 0: none): it counts what the speculation got right,
+// cancels the speculative reads of unneeded experts that have not started,
+// and drops the speculation's pins. Called with mu held.
+func (c *Cache) settleSpec(l int) {
+	if len(c.spec) == 0 {
+		return
+	}
+	if l >= 0 && c.spec[0].k.layer() == l {
+		c.st.specTargets += int64(len(c.pf))
+	}
+	for _, ent := range c.spec {
+		_, needed := c.pfIndex[ent.k]
+		needed = needed && l >= 0
+		if needed {
+			c.st.specCorrect++
+			if ent.read {
+				c.st.specUseful++
+			}
+		} else if ent.read {
+			if ent.s.state == stLoading && ent.s.refs == 1 && c.unqueue(ent.s) {
+				// Not started and nobody else waits for it: give the
+				// slot back unread.
+				delete(c.loading, ent.k)
+				ent.s.state, ent.s.refs = stFree, 0
+				ent.s.w = runtime.ExpertWeights{}
+				close(ent.s.done)
+				c.free = append(c.free, ent.s)
+				c.st.specCancelled++
+				continue
+			}
+			c.st.specWasted += ent.s.size
+		}
+		c.releaseLocked(ent.s, 1)
+	}
+	clear(c.spec)
+	c.spec = c.spec[:0]
+}
+
+// unqueue removes s from the read queue if its read has not started.
+// Called with mu held.
+func (c *Cache) unqueue(s *slot) bool {
+	i := slices.Index(c.queue, s)
+	if i < 0 {
+		return false
+	}
+	c.queue = slices.Delete(c.queue, i, i+1)
+	return true
+}
+
+// Speculate implements runtime.ExpertSpeculator: experts (most likely
+// first) are a guess at what the next Prefetch, for layer l, will name. It
+// pins those that are resident or being read and starts reads for the
+// others while a slot can be had without waiting, and returns at once. The
+// guess does not count as a use (neither in the requests and hits nor in
+// the use counts the policy keeps); the next Prefetch drops its pins and
+// cancels its unstarted reads of experts that batch does not name. A
+// Speculate replaces the previous one's pins.
+func (c *Cache) Speculate(l int, experts []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.settleSpec(-1)
+	for _, e := range experts {
+		if c.checkKey(l, e) != nil {
+			continue
+		}
+		k := mkKey(l, e)
+		if slices.ContainsFunc(c.spec, func(x specEntry) bool { return x.k == k }) {
+			continue
+		}
+		ent := specEntry{k: k}
+		if s := c.index[k]; s != nil {
+			s.refs++
+			ent.s = s
+		} else if s := c.loading[k]; s != nil {
+			s.refs++
 			ent.s = s
 		} else if s, err := c.grab(c.blobs.BufSize(l)); err == nil && s != nil {
 			c.startLoad(s, k, false)
-			c.st.misses++
 			s.tick = c.tick
-			ent.s = s
+			c.st.specReads++
+			ent.s, ent.read = s, true
 		} else {
-			ent.counted = false // counted when it gets a slot
+			break // no room: the rest are less likely anyway
 		}
-		c.pfIndex[k] = len(c.pf)
-		c.pf = append(c.pf, ent)
+		c.st.specNamed++
+		c.spec = append(c.spec, ent)
 	}
 }
 
@@ -467,10 +572,14 @@ func (c *Cache) count1(ent *pfEntry, hit bool) {
 	}
 }
 
-// steal gives up the batch reservation that is needed last (pinned only by
+// steal gives up the speculation's pins, or else the batch reservation that is needed last (pinned only by
 // the batch, not yet handed out), so that a request that finds no room can
 // proceed. Called with mu held.
 func (c *Cache) steal() bool {
+	if len(c.spec) > 0 {
+		c.settleSpec(-1)
+		return true
+	}
 	for i := len(c.pf) - 1; i >= 0; i-- {
 		ent := &c.pf[i]
 		if ent.s != nil && !ent.consumed && ent.s.refs == 1 {
@@ -667,7 +776,8 @@ type Stats struct {
 	Evicted  int64
 	// Loads counts expert reads started: the misses, plus re-reads when a
 	// prefetched expert's reservation was given up under pressure and the
-	// expert evicted before its use.
+	// expert evicted before its use, plus the speculative reads that were
+	// not cancelled before they started.
 	Loads int64
 	// Stall is the time Expert calls spent waiting (for a read or a slot).
 	Stall time.Duration
@@ -677,6 +787,18 @@ type Stats struct {
 	BytesRead   int64
 	ReadP50     time.Duration // latency of one expert's read(s)
 	ReadP99     time.Duration
+
+	// Speculation (Speculate, then the next Prefetch of the same layer):
+	// experts named and pinned or queued (a guess stops at the first one
+	// that finds no free slot); of those, the ones that Prefetch named too; the
+	// experts that Prefetch named (SpecCorrect/SpecTargets is the share of
+	// the real batch that was foreseen); the reads Speculate queued; of
+	// those, the ones for experts the batch named; the ones cancelled
+	// before they started (the batch did not name them); and the bytes of
+	// the others, read for nothing.
+	SpecNamed, SpecCorrect, SpecTargets  int64
+	SpecReads, SpecUseful, SpecCancelled int64
+	SpecWastedBytes                      int64
 
 	Budget        int64 // effective byte budget
 	Allocated     int64 // bytes of slot buffers now
@@ -701,6 +823,8 @@ func (c *Cache) Stats() Stats {
 		Requests: c.st.requests, Hits: c.st.hits, Misses: c.st.misses, Waits: c.st.waits, Evicted: c.st.evictions, Loads: c.st.loads, Stall: c.st.stall,
 		Reads: c.st.reads, DirectReads: c.st.directReads, BytesRead: c.st.bytesRead,
 		ReadP50: p50, ReadP99: p99,
+		SpecNamed: c.st.specNamed, SpecCorrect: c.st.specCorrect, SpecTargets: c.st.specTargets,
+		SpecReads: c.st.specReads, SpecUseful: c.st.specUseful, SpecCancelled: c.st.specCancelled, SpecWastedBytes: c.st.specWasted,
 		Budget: c.budget, Allocated: c.allocated, PeakAllocated: c.st.peakAllocated, Resident: len(c.index),
 	}
 }
@@ -754,4 +878,5 @@ func (x *latencies) percentiles() (p50, p99 time.Duration) {
 var _ interface {
 	runtime.ExpertSource
 	runtime.ExpertPrefetcher
+	runtime.ExpertSpeculator
 } = (*Cache)(nil)
