@@ -14,8 +14,13 @@ import "github.com/qpack-go/qpack/runtime/mlxq"
 //     vectors; for MatMul, x holds n×w.Cols values and y receives n×w.Rows.
 //   - The byte slices of a Matrix stay valid and unchanged for as long as the
 //     Matrix is used: dense weights for the lifetime of the Model, an expert's
-//     matrices until its ExpertWeights is released. A backend may therefore
-//     cache device copies keyed by the address of w.Weight.
+//     matrices until its ExpertWeights is released. After Release the same
+//     addresses may hold another expert's bytes: expert caches reuse their
+//     slots. So a backend must not keep anything derived from a matrix's
+//     bytes (a device copy, a repacked layout) keyed by its address beyond
+//     one call: it could go stale silently. Memory from the backend's own
+//     Allocator needs no such cache: the device reads it in place, so it
+//     always sees the current bytes.
 //   - Results must not depend on n beyond float round-off, and must be
 //     deterministic: the same inputs give the same bits.
 //   - Methods may be called from one goroutine at a time per Model.
@@ -27,6 +32,23 @@ type Backend interface {
 	RMSNorm(y, x, w []float32, eps float32)
 	// SwiGLU writes silu(gate)·up element-wise.
 	SwiGLU(y, gate, up []float32)
+}
+
+// Allocator is implemented by a backend whose device reads host memory it
+// hands out in place (package metal: page-aligned memory shared with the
+// GPU). When the backend of a Model implements it, or LoadOptions.Alloc is
+// set, the dense weights are read into one allocation from it (an arena,
+// each tensor at a 64-byte aligned offset, freed by Model.Close), the
+// loader's expert buffers come from it, and the runner's expert cache
+// allocates its slots from it, so no weight is copied on its way to the
+// device.
+type Allocator interface {
+	// Alloc returns n ≥ 1 bytes of zeroed memory, at least 64-byte
+	// aligned, that stay valid until Free.
+	Alloc(n int) ([]byte, error)
+	// Free releases memory from Alloc; it is given a slice that starts
+	// where Alloc's did.
+	Free(b []byte) error
 }
 
 // CPU is the pure-Go backend: products on the packed MLX data through mlxq

@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"sync"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -144,22 +146,35 @@ type ExpertStats struct {
 // ExpertCache is an ExpertSource over a file-backed reader with a bounded
 // LRU of whole experts (the runner's smarter cache replaces it later). A
 // capacity of 0 keeps nothing: every request reads.
+//
+// With an Allocator (LoadOptions.Alloc, or the backend's) each expert is
+// read into memory from it, given back once the expert is neither cached
+// nor handed out; without one, buffers are left to the garbage collector.
 type ExpertCache struct {
 	r        expertReader
 	layers   int
 	experts  int
 	capBytes int64
+	alloc    Allocator // nil: the Go heap
 
 	mu      sync.Mutex
-	entries map[[2]int]*list.Element
-	lru     list.List // front = most recent; values *ExpertWeights
+	entries map[[2]int]*list.Element // cached; values *cachedExpert
+	held    map[*ExpertWeights]*cachedExpert
+	lru     list.List // front = most recent
 	stats   ExpertStats
 	closer  io.Closer
 }
 
+// cachedExpert is one expert read by the cache.
+type cachedExpert struct {
+	w      *ExpertWeights
+	refs   int  // handed out, not yet released
+	cached bool // in the LRU
+}
+
 func newExpertCache(r expertReader, layers, experts int, capBytes int64, closer io.Closer) *ExpertCache {
 	return &ExpertCache{r: r, layers: layers, experts: experts, capBytes: capBytes,
-		entries: map[[2]int]*list.Element{}, closer: closer}
+		entries: map[[2]int]*list.Element{}, held: map[*ExpertWeights]*cachedExpert{}, closer: closer}
 }
 
 // Expert implements ExpertSource.
@@ -179,45 +194,144 @@ func (c *ExpertCache) Expert(l, e int) (*ExpertWeights, error) {
 	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
 		c.stats.Hits++
+		ce := el.Value.(*cachedExpert)
+		c.handOut(ce)
 		c.mu.Unlock()
-		return el.Value.(*ExpertWeights), nil
+		return ce.w, nil
 	}
 	c.stats.Misses++
 	c.mu.Unlock()
 
-	buf := make([]byte, c.r.bufSize(l))
-	if err := c.r.read(l, e, buf); err != nil {
-		return nil, err
+	buf, err := c.newBuf(c.r.bufSize(l))
+	if err != nil {
+		return nil, fmt.Errorf("expert %d of layer %d: %w", e, l, err)
 	}
 	w := &ExpertWeights{Layer: l, Expert: e, Buf: buf}
-	if err := spec.view(buf, w); err != nil {
+	err = c.r.read(l, e, buf)
+	if err == nil {
+		err = spec.view(buf, w)
+	}
+	if err != nil {
+		c.freeBuf(buf)
 		return nil, err
 	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.BytesRead += int64(len(buf))
-	if int64(len(buf)) > c.capBytes {
-		return w, nil
-	}
+	ce := &cachedExpert{w: w}
 	if el, ok := c.entries[key]; ok { // raced with another reader
-		return el.Value.(*ExpertWeights), nil
+		c.freeBuf(buf)
+		ce = el.Value.(*cachedExpert)
+	} else if int64(len(buf)) <= c.capBytes {
+		for c.stats.Resident+int64(len(buf)) > c.capBytes {
+			back := c.lru.Back()
+			old := back.Value.(*cachedExpert)
+			c.lru.Remove(back)
+			delete(c.entries, [2]int{old.w.Layer, old.w.Expert})
+			c.stats.Resident -= int64(len(old.w.Buf))
+			old.cached = false
+			c.maybeFree(old)
+		}
+		ce.cached = true
+		c.entries[key] = c.lru.PushFront(ce)
+		c.stats.Resident += int64(len(buf))
 	}
-	for c.stats.Resident+int64(len(buf)) > c.capBytes {
-		back := c.lru.Back()
-		old := back.Value.(*ExpertWeights)
-		c.lru.Remove(back)
-		delete(c.entries, [2]int{old.Layer, old.Expert})
-		c.stats.Resident -= int64(len(old.Buf))
-	}
-	c.entries[key] = c.lru.PushFront(w)
-	c.stats.Resident += int64(len(buf))
-	return w, nil
+	c.handOut(ce)
+	return ce.w, nil
 }
 
-// Release implements ExpertSource. Evicted buffers are left to the garbage
-// collector, so a released expert needs no bookkeeping here.
-func (c *ExpertCache) Release(*ExpertWeights) {}
+// handOut counts one more holder of ce (only with an allocator: garbage
+// collected buffers need no count). Called with mu held.
+func (c *ExpertCache) handOut(ce *cachedExpert) {
+	if c.alloc == nil {
+		return
+	}
+	ce.refs++
+	c.held[ce.w] = ce
+}
+
+// maybeFree gives ce's buffer back once it is neither cached nor held.
+// Called with mu held.
+func (c *ExpertCache) maybeFree(ce *cachedExpert) {
+	if ce.refs == 0 && !ce.cached {
+		delete(c.held, ce.w)
+		c.freeBuf(ce.w.Buf)
+		ce.w.Buf = nil
+	}
+}
+
+func (c *ExpertCache) newBuf(n int64) ([]byte, error) {
+	if c.alloc == nil {
+		return make([]byte, n), nil
+	}
+	if n <= 0 || n > math.MaxInt {
+		return nil, fmt.Errorf("expert buffer of %d bytes", n)
+	}
+	buf, err := c.alloc.Alloc(int(n))
+	if err != nil {
+		return nil, fmt.Errorf("allocating a %d-byte expert buffer: %w", n, err)
+	}
+	if int64(len(buf)) < n {
+		c.alloc.Free(buf)
+		return nil, fmt.Errorf("the allocator returned %d bytes for a %d-byte expert buffer", len(buf), n)
+	}
+	return buf[:n:n], nil
+}
+
+func (c *ExpertCache) freeBuf(buf []byte) {
+	if c.alloc != nil && buf != nil {
+		if err := c.alloc.Free(buf); err != nil {
+			slog.Error("expert cache: freeing an expert buffer", "err", err)
+		}
+	}
+}
+
+// Release implements ExpertSource: the expert's buffer is given back (to
+// the allocator, or the garbage collector) once it is released by every
+// holder and no longer cached.
+func (c *ExpertCache) Release(w *ExpertWeights) {
+	if w == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ce := c.held[w]
+	if ce == nil || ce.refs == 0 {
+		return
+	}
+	ce.refs--
+	if ce.refs == 0 {
+		if ce.cached {
+			delete(c.held, w)
+		}
+		c.maybeFree(ce)
+	}
+}
+
+// freeBuffers drops every cached expert and gives back its buffer; experts
+// still handed out are given back at their Release.
+func (c *ExpertCache) freeBuffers() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		ce := el.Value.(*cachedExpert)
+		ce.cached = false
+		c.maybeFree(ce)
+	}
+	c.lru.Init()
+	clear(c.entries)
+	c.stats.Resident = 0
+	return nil
+}
+
+// Resident reports whether expert e of layer l is in the cache.
+func (c *ExpertCache) Resident(l, e int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[[2]int{l, e}]
+	return ok
+}
 
 // Stats returns the counters so far.
 func (c *ExpertCache) Stats() ExpertStats {

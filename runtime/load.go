@@ -22,6 +22,10 @@ type LoadOptions struct {
 	// DefaultExpertCacheBytes, a negative value keeps nothing (every
 	// request reads from disk).
 	ExpertCacheBytes int64
+	// Alloc, if set, provides the memory for the dense weights (one arena,
+	// freed by Model.Close) and the expert cache's buffers. Nil: the
+	// backend's, if it implements Allocator; else the Go heap.
+	Alloc Allocator
 }
 
 func (o *LoadOptions) cacheBytes() int64 {
@@ -40,6 +44,22 @@ func (o *LoadOptions) backend() Backend {
 	}
 	return o.Backend
 }
+
+func (o *LoadOptions) allocator() Allocator {
+	if o == nil {
+		return nil
+	}
+	if o.Alloc != nil {
+		return o.Alloc
+	}
+	al, _ := o.Backend.(Allocator)
+	return al
+}
+
+// closerFunc is a func as an io.Closer.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // IsContainer reports whether dir looks like a .qpack container (it holds
 // manifest.json).
@@ -93,6 +113,21 @@ func (f fileTensors) Read(name string) ([]byte, error) {
 	return buf, nil
 }
 
+// ReadInto reads tensor name into dst, which must have its size.
+func (f fileTensors) ReadInto(name string, dst []byte) error {
+	r, file, t, ok := f.lookup(name)
+	if !ok {
+		return fmt.Errorf("tensor %s missing", name)
+	}
+	if t.Size != int64(len(dst)) {
+		return fmt.Errorf("%s: tensor %s: %d bytes, want %d for its dtype and shape", file, name, t.Size, len(dst))
+	}
+	if _, err := r.ReadAt(dst, t.Offset); err != nil {
+		return fmt.Errorf("%s: tensor %s: %w", file, name, err)
+	}
+	return nil
+}
+
 // LoadCheckpoint loads an MLX checkpoint directory (config.json and one or
 // more safetensors files). Dense tensors are read into memory; each routed
 // expert is read on demand with one positional read per section from the
@@ -132,8 +167,11 @@ func LoadCheckpoint(dir string, opt *LoadOptions) (m *Model, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	al := opt.allocator()
 	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
-	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend())
+	cache.alloc = al
+	cl = append(cl, closerFunc(cache.freeBuffers))
+	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend(), al)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
@@ -257,8 +295,11 @@ func LoadContainer(dir string, opt *LoadOptions) (m *Model, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	al := opt.allocator()
 	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
-	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend())
+	cache.alloc = al
+	cl = append(cl, closerFunc(cache.freeBuffers))
+	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend(), al)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}

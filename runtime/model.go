@@ -55,7 +55,8 @@ type Model struct {
 	rope   *rope
 	eps    float32
 
-	closer io.Closer // files behind the tensors and experts, if any
+	closer io.Closer   // files behind the tensors and experts, if any
+	arena  *denseArena // the dense weights' memory from an Allocator, if any
 }
 
 type layer struct {
@@ -103,6 +104,29 @@ type denseMLP struct {
 type builder struct {
 	cfg *Config
 	src TensorSource
+	// arena, if set, receives the tensors the model keeps. While it has no
+	// memory yet (the sizing pass), tensors are checked but not read, and
+	// their sizes are added up; the weights built are empty.
+	arena *denseArena
+}
+
+func (b *builder) sizing() bool { return b.arena != nil && b.arena.mem == nil }
+
+// keep reads tensor name (size bytes, from its Info) into memory the Model
+// keeps: its place in the arena if there is one, else wherever the source
+// puts it.
+func (b *builder) keep(name string, size int64) ([]byte, error) {
+	if b.arena == nil {
+		return b.src.Read(name)
+	}
+	dst, err := b.arena.take(size)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	if err := readInto(b.src, name, dst); err != nil {
+		return nil, err
+	}
+	return dst, nil
 }
 
 func (b *builder) floatType(name, dtype string) (mlxq.Float, error) {
@@ -135,18 +159,29 @@ func (b *builder) vector(name string, shape ...int64) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := b.src.Read(name)
-	if err != nil {
-		return nil, err
-	}
 	n := int64(1)
 	for _, d := range shape {
 		n *= d
 	}
+	if b.sizing() {
+		b.arena.reserve(4 * n)
+		return nil, nil
+	}
+	data, err := b.src.Read(name)
+	if err != nil {
+		return nil, err
+	}
 	if int64(len(data)) != n*int64(f.Size()) {
 		return nil, fmt.Errorf("tensor %s: %d bytes, want %d", name, len(data), n*int64(f.Size()))
 	}
-	out := make([]float32, n)
+	var out []float32
+	if b.arena != nil {
+		if out, err = b.arena.float32s(n); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+	} else {
+		out = make([]float32, n)
+	}
 	mlxq.DecodeFloats(out, data, f)
 	return out, nil
 }
@@ -187,7 +222,12 @@ func (b *builder) matrix(module string, rows, cols int) (mlxq.Matrix, error) {
 	if err != nil {
 		return mlxq.Matrix{}, err
 	}
-	data, err := b.src.Read(wname)
+	size := int64(rows) * int64(cols) * int64(f.Size())
+	if b.sizing() {
+		b.arena.reserve(size)
+		return mlxq.Matrix{}, nil
+	}
+	data, err := b.keep(wname, size)
 	if err != nil {
 		return mlxq.Matrix{}, err
 	}
@@ -210,9 +250,16 @@ func (b *builder) quantized(module string, rows, cols int, wtype string, wshape 
 		return mlxq.Matrix{}, err
 	}
 	f, _ := mlxq.FloatFromDType(stype)
+	sizes := [3]int64{wshape[0] * wshape[1] * 4, sshape[0] * sshape[1] * int64(f.Size()), bshape[0] * bshape[1] * int64(f.Size())}
+	if b.sizing() {
+		for _, n := range sizes {
+			b.arena.reserve(n)
+		}
+		return mlxq.Matrix{}, nil
+	}
 	var bufs [3][]byte
 	for i, n := range []string{wname, sname, bname} {
-		if bufs[i], err = b.src.Read(n); err != nil {
+		if bufs[i], err = b.keep(n, sizes[i]); err != nil {
 			return mlxq.Matrix{}, err
 		}
 	}
@@ -270,17 +317,44 @@ func quantParams(cfg *Config, module, wname, wtype, stype, btype string, wshape,
 // NewModel assembles a Model from a config, its dense tensors (MLX names,
 // e.g. "model.layers.0.linear_attn.in_proj_qkvz.weight") and its routed
 // experts. backend nil means CPU. Every tensor is checked against the config.
+// If the backend implements Allocator, the dense weights are copied into
+// memory from it, which Close gives back.
 func NewModel(cfg *Config, tensors TensorSource, experts ExpertSource, backend Backend) (*Model, error) {
-	return build(cfg, tensors, experts, backend)
+	al, _ := backend.(Allocator)
+	return build(cfg, tensors, experts, backend, al)
 }
 
 // build assembles a Model from a config, its dense tensors and its experts.
-func build(cfg *Config, src TensorSource, experts ExpertSource, backend Backend) (*Model, error) {
+// With an allocator, the dense tensors the model keeps are read into one
+// allocation from it: a sizing pass checks every tensor and adds up the
+// arena's size, then the tensors are read into their places.
+func build(cfg *Config, src TensorSource, experts ExpertSource, backend Backend, al Allocator) (m *Model, err error) {
 	if backend == nil {
 		backend = CPU{}
 	}
-	b := &builder{cfg: cfg, src: src}
-	c := cfg
+	if al == nil {
+		return (&builder{cfg: cfg, src: src}).model(experts, backend)
+	}
+	plan := &builder{cfg: cfg, src: src, arena: &denseArena{}}
+	if _, err := plan.model(experts, backend); err != nil {
+		return nil, err
+	}
+	arena, err := newDenseArena(al, plan.arena.off)
+	if err != nil {
+		return nil, err
+	}
+	if m, err = (&builder{cfg: cfg, src: src, arena: arena}).model(experts, backend); err != nil {
+		arena.free()
+		return nil, err
+	}
+	m.arena = arena
+	return m, nil
+}
+
+// model builds the Model's weights from b's tensors.
+func (b *builder) model(experts ExpertSource, backend Backend) (*Model, error) {
+	c := b.cfg
+	cfg := c
 	m := &Model{Config: cfg, Backend: backend, Experts: experts,
 		rope: newRope(c.RotaryDim, c.RopeTheta), eps: float32(c.RMSNormEps)}
 	var err error
@@ -503,10 +577,17 @@ func (b *builder) moe(p string) (*moeBlock, error) {
 	return mb, nil
 }
 
-// Close releases the files behind the model, if any.
+// Close releases the files behind the model, if any, and the memory its
+// dense weights took from an Allocator. The model must not be used after.
 func (m *Model) Close() error {
+	var err error
 	if m.closer != nil {
-		return m.closer.Close()
+		err = m.closer.Close()
+		m.closer = nil
 	}
-	return nil
+	if e := m.arena.free(); err == nil {
+		err = e
+	}
+	m.arena = nil
+	return err
 }
