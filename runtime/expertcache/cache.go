@@ -77,6 +77,14 @@ type Options struct {
 	// Verify, if set, checks each expert's bytes (buf[:BufSize(l)]) after
 	// its read and before the slot is tagged; an error fails the request.
 	Verify func(layer, expert int, buf []byte) error
+	// Alloc and Free, if set (both or neither), provide the slot buffers
+	// instead of anonymous mmap memory: the runner passes a backend's
+	// runtime.Allocator, so that experts are read straight into memory
+	// the device uses in place. Alloc(n) must return at least n bytes,
+	// Align-aligned in Direct mode; Free gets a slice that starts where
+	// Alloc's did.
+	Alloc func(n int64) ([]byte, error)
+	Free  func(buf []byte)
 }
 
 // key identifies an expert: layer<<32 | expert.
@@ -173,6 +181,9 @@ func New(blobs Blobs, opt Options) (*Cache, error) {
 	if opt.Readers <= 0 {
 		opt.Readers = DefaultReaders
 	}
+	if (opt.Alloc == nil) != (opt.Free == nil) {
+		return nil, fmt.Errorf("expert cache: Options.Alloc and Options.Free must be set together")
+	}
 	L, E := blobs.Layers(), blobs.Experts()
 	if L <= 0 || E <= 0 || int64(L)*int64(E) > 1<<26 {
 		return nil, fmt.Errorf("expert cache: %d layers × %d experts out of range", L, E)
@@ -251,7 +262,7 @@ func (c *Cache) grab(size int64) (*slot, error) {
 	}
 	for {
 		if c.allocated+need <= c.budget {
-			buf, err := allocAligned(need)
+			buf, err := c.allocSlot(need)
 			if err != nil {
 				return nil, fmt.Errorf("expert cache: allocating a %d-byte slot: %w", need, err)
 			}
@@ -302,7 +313,7 @@ func (c *Cache) victim() *slot {
 // drop frees a slot's buffer and forgets the slot. Called with mu held.
 func (c *Cache) drop(s *slot) {
 	c.allocated -= int64(len(s.buf))
-	freeAligned(s.buf)
+	c.freeSlot(s.buf)
 	s.buf = nil
 	if i := slices.Index(c.slots, s); i >= 0 {
 		c.slots = slices.Delete(c.slots, i, i+1)
@@ -727,7 +738,7 @@ func (c *Cache) Close() error {
 	c.workers.Wait()
 	c.mu.Lock()
 	for _, s := range c.slots {
-		freeAligned(s.buf)
+		c.freeSlot(s.buf)
 		s.buf = nil
 	}
 	c.slots, c.free, c.allocated = nil, nil, 0

@@ -161,6 +161,13 @@ func (b *Backend) RMSNorm(y, x, w []float32, eps float32) {
 	b.CPU.RMSNorm(y, x, w, eps)
 }
 
+// Holds reports whether all of p lies in one live allocation.
+func (b *Backend) Holds(p []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(p) > 0 && b.find(p) != 0
+}
+
 // Calls returns the checked arguments so far, in order.
 func (b *Backend) Calls() []Call {
 	b.mu.Lock()
