@@ -53,6 +53,16 @@ type ForwardOptions struct {
 	// NoLogits skips the final norm and lm_head (a prefill chunk whose
 	// logits are not needed). It overrides AllLogits.
 	NoLogits bool
+	// Speculate, if > 0 and the expert source is an ExpertSpeculator,
+	// guesses each sparse layer's experts before its attention or DeltaNet
+	// mixer runs: layer l's router applied to the residual stream entering
+	// the layer, normed with the layer's post_attention_layernorm (the
+	// router proper sees that norm of the residual after the mixer's
+	// output is added), picks the top Speculate experts per token, and
+	// Speculate(l, guess) lets the source start reading them while the
+	// mixer computes. The guess is only a hint: the results are the same,
+	// bit for bit, with or without it.
+	Speculate int
 	// LayerHook, if set, is called after each decoder layer with that
 	// layer's output hidden states [T, Hidden] (before the final norm). The
 	// slice is reused: copy what you keep.
@@ -90,8 +100,15 @@ func (m *Model) Forward(st *State, tokens []int, opt *ForwardOptions) ([]float32
 	}
 	xn := make([]float32, T*H)
 	mix := make([]float32, T*H)
+	var spec *speculation
+	if sp, ok := m.Experts.(speculator); ok && opt.Speculate > 0 {
+		spec = &speculation{src: sp, n: min(opt.Speculate, c.Experts)}
+	}
 	for l, ly := range m.layers {
 		be.RMSNorm(xn, x, ly.inNorm, m.eps)
+		if spec != nil && ly.moe != nil {
+			m.speculate(spec, l, ly, x, T)
+		}
 		if ly.attn != nil {
 			m.attention(st, l, ly.attn, xn, mix, T)
 		} else {
@@ -468,6 +485,58 @@ func (m *Model) moe(l int, b *moeBlock, xn, out []float32, T int) error {
 		}
 	}
 	return nil
+}
+
+// speculator is the method set of an ExpertSpeculator.
+type speculator interface {
+	Speculate(layer int, experts []int)
+}
+
+// speculation is the state of ForwardOptions.Speculate in one pass.
+type speculation struct {
+	src   speculator
+	n     int // experts guessed per token
+	xn, r []float32
+	idx   []int
+	seen  []bool
+	guess []int
+}
+
+// speculate guesses layer l's experts from x, the residual stream entering
+// the layer [T, Hidden], and hands the guess to the source: the router on
+// post_attention_layernorm(x) (the router proper sees that norm of x plus
+// the mixer's output; on the synthetic models this guesses a little better
+// than the input_layernorm the mixer sees), each token's top n by logit,
+// taken rank by rank across the chunk's tokens so that the likeliest come
+// first, each expert once. It reads x and writes only its own buffers.
+func (m *Model) speculate(sp *speculation, l int, ly *layer, x []float32, T int) {
+	b := ly.moe
+	sp.xn = grow(sp.xn, T*m.Config.Hidden)
+	m.Backend.RMSNorm(sp.xn, x, ly.postNorm, m.eps)
+	E, n := m.Config.Experts, sp.n
+	sp.r = grow(sp.r, T*E)
+	m.Backend.MatMul(b.router, sp.r, sp.xn, T)
+	if cap(sp.idx) < T*n {
+		sp.idx = make([]int, T*n)
+	}
+	idx := sp.idx[:T*n]
+	for t := range T {
+		topK(idx[t*n:(t+1)*n], sp.r[t*E:(t+1)*E])
+	}
+	if len(sp.seen) < E {
+		sp.seen = make([]bool, E)
+	}
+	clear(sp.seen)
+	sp.guess = sp.guess[:0]
+	for j := range n {
+		for t := range T {
+			if e := idx[t*n+j]; !sp.seen[e] {
+				sp.seen[e] = true
+				sp.guess = append(sp.guess, e)
+			}
+		}
+	}
+	sp.src.Speculate(l, sp.guess)
 }
 
 // prefetcher is the method set of an ExpertPrefetcher.
