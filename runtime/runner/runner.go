@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	goruntime "runtime"
 	"runtime/debug"
 
@@ -25,6 +26,10 @@ import (
 // pass during prefill.
 const DefaultPrefillChunk = 128
 
+// DefaultSpeculate, as Options.Speculate, guesses as many experts per token
+// as the model routes to (its top-k).
+const DefaultSpeculate = 0
+
 // Options tunes Open.
 type Options struct {
 	// ExpertCache is the expert cache's byte budget; 0 derives one from the
@@ -35,11 +40,19 @@ type Options struct {
 	// PrefillChunk is the number of prompt tokens per forward pass
 	// (0: DefaultPrefillChunk; 1: token by token).
 	PrefillChunk int
+	// Speculate is the experts per token guessed for each sparse layer
+	// before its attention or DeltaNet mixer during decode, whose reads
+	// then overlap the mixer (runtime.ForwardOptions.Speculate): 0 is
+	// DefaultSpeculate, < 0 turns it off. Results do not depend on it.
+	Speculate int
 	// VerifyExpert, if set, checks each expert blob after it is read (the
 	// command wires verify.ExpertChecker here).
 	VerifyExpert func(layer, expert int, blob []byte) error
-	Backend      runtime.Backend // nil: CPU
-	Logger       *slog.Logger    // nil: slog.Default()
+	// Backend runs the products (nil: CPU). If it implements
+	// runtime.Allocator, the dense weights and the expert cache's slots
+	// live in memory from it (experts are read straight into it).
+	Backend runtime.Backend
+	Logger  *slog.Logger // nil: slog.Default()
 }
 
 // Runner is a loaded model ready to generate. A Runner runs one forward
@@ -53,7 +66,9 @@ type Runner struct {
 	Dir       string
 
 	chunk      int
-	denseBytes int64
+	spec       int // experts guessed per token in decode (0: none)
+	denseBytes int64 // Go heap
+	arenaBytes int64 // from the backend's Allocator
 	log        *slog.Logger
 }
 
@@ -88,6 +103,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	debug.FreeOSMemory()
 	goruntime.ReadMemStats(&before)
 	// The loader's own cache keeps nothing: the expert cache replaces it.
+	// A backend that is an Allocator gets the dense weights (Load uses it).
 	m, err := runtime.Load(dir, &runtime.LoadOptions{ExpertCacheBytes: -1, Backend: opt.Backend})
 	if err != nil {
 		return nil, err
@@ -116,9 +132,23 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	}
 	budget := opt.ExpertCache
 	if budget <= 0 {
-		budget = expertcache.DefaultBudget(dense, all)
+		budget = expertcache.DefaultBudget(max(dense, 0)+m.ArenaBytes(), all)
 	}
-	cache, err := expertcache.New(blobs, expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, Verify: opt.VerifyExpert})
+	copt := expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, Verify: opt.VerifyExpert}
+	if al, ok := opt.Backend.(runtime.Allocator); ok {
+		copt.Alloc = func(n int64) ([]byte, error) {
+			if n > math.MaxInt {
+				return nil, fmt.Errorf("%d bytes do not fit this platform's address space", n)
+			}
+			return al.Alloc(int(n))
+		}
+		copt.Free = func(b []byte) {
+			if err := al.Free(b); err != nil {
+				log.Error("freeing an expert cache slot", "err", err)
+			}
+		}
+	}
+	cache, err := expertcache.New(blobs, copt)
 	if err != nil {
 		return nil, err
 	}
@@ -127,21 +157,34 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
 	}
+	spec := opt.Speculate
+	switch {
+	case spec == DefaultSpeculate:
+		spec = m.Config.TopK
+	case spec < 0:
+		spec = 0
+	}
 	log.Debug("model loaded", "model", dir, "type", m.Config.ModelType, "layers", m.Config.Layers,
-		"dense_bytes", dense, "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil)
+		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil)
 	return &Runner{Model: m, Tokenizer: tok, Template: tmpl, EOS: eos, Cache: cache, Dir: dir,
-		chunk: chunk, denseBytes: max(dense, 0), log: log}, nil
+		chunk: chunk, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
 }
 
-// DenseBytes is the heap the dense weights took when loaded.
-func (r *Runner) DenseBytes() int64 { return r.denseBytes }
+// DenseBytes is the memory the dense weights took when loaded: the Go heap
+// they grew, plus the arena from the backend's Allocator if it has one.
+func (r *Runner) DenseBytes() int64 { return r.denseBytes + r.arenaBytes }
+
+// Speculate is the experts per token guessed ahead for each sparse layer
+// during decode (0: none).
+func (r *Runner) Speculate() int { return r.spec }
 
 // PrefillChunk is the number of prompt tokens per forward pass.
 func (r *Runner) PrefillChunk() int { return r.chunk }
 
-// LimitHeap sets the Go runtime's soft memory limit to the dense weights
-// plus overhead, so that garbage never grows the heap far past the live
-// weights (the expert cache's slots are outside the Go heap). It changes a
+// LimitHeap sets the Go runtime's soft memory limit to the dense weights in
+// the Go heap plus overhead, so that garbage never grows the heap far past
+// the live weights (the expert cache's slots, and the dense weights' arena
+// from a backend's Allocator, are outside the Go heap). It changes a
 // process-wide setting: commands call it, libraries should not. A GOMEMLIMIT
 // set in the environment wins.
 func (r *Runner) LimitHeap(overhead int64) {
