@@ -54,7 +54,10 @@ type Writer struct {
 	layout   *Layout
 	opts     CreateOptions
 
-	mu        sync.Mutex
+	// mu guards the file handles: readers of the handles (writes, Sync)
+	// hold it shared, so a Sync's fsyncs never stall concurrent writes;
+	// CreateDense and Close hold it exclusively.
+	mu        sync.RWMutex
 	layers    []*os.File
 	dense     *os.File
 	densePlan *safetensors.Plan
@@ -123,8 +126,8 @@ func (w *Writer) Layout() *Layout { return w.layout }
 // LayerFile returns layer l's open file (pre-sized, read-write). The caller
 // must not close it. Prefer WriteAt, which checks bounds.
 func (w *Writer) LayerFile(l int) (*os.File, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	if l < 0 || l >= len(w.layers) {
 		return nil, fmt.Errorf("qpack: layer %d out of range [0, %d)", l, len(w.layers))
 	}
@@ -235,9 +238,9 @@ func (w *Writer) CreateDense(specs []safetensors.Spec, metadata map[string]strin
 // WriteDense writes p at absolute byte off of model.safetensors; the range
 // must lie in the data area (after the header).
 func (w *Writer) WriteDense(p []byte, off int64) (int, error) {
-	w.mu.Lock()
+	w.mu.RLock()
 	f, plan := w.dense, w.densePlan
-	w.mu.Unlock()
+	w.mu.RUnlock()
 	if f == nil {
 		return 0, fmt.Errorf("qpack: %s: CreateDense has not been called", DenseName)
 	}
@@ -255,9 +258,9 @@ func (w *Writer) WriteDense(p []byte, off int64) (int, error) {
 // WriteDenseTensor writes p at byte off within tensor name of
 // model.safetensors; the range must lie within the tensor.
 func (w *Writer) WriteDenseTensor(name string, p []byte, off int64) error {
-	w.mu.Lock()
+	w.mu.RLock()
 	plan, idx := w.densePlan, w.denseIdx
-	w.mu.Unlock()
+	w.mu.RUnlock()
 	if plan == nil {
 		return fmt.Errorf("qpack: %s: CreateDense has not been called", DenseName)
 	}
@@ -318,10 +321,12 @@ func (w *Writer) AddFile(rel string, r io.Reader) error {
 }
 
 // Sync flushes the layer files and model.safetensors to stable storage (a
-// resumable writer calls it before recording progress).
+// resumable writer calls it before recording progress). Writes may go on
+// while it runs; those that completed before Sync was called are durable
+// when it returns.
 func (w *Writer) Sync() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.mu.RLock()
+	defer w.mu.RUnlock()
 	for l, f := range w.layers {
 		if f == nil {
 			continue

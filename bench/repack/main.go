@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,7 @@ type childReport struct {
 	VmHWMKiB int64   `json:"vmhwm_kib"`
 	Bytes    int64   `json:"bytes"` // source bytes read
 	Error    string  `json:"error,omitempty"`
+	CPU      float64 `json:"-"` // user + system seconds of the child (filled in by the parent)
 }
 
 func main() {
@@ -75,12 +77,16 @@ func main() {
 	conns := flag.Int("connections", 8, "connections for the Hub benchmark")
 	skipHub := flag.Bool("skip-hub", false, "skip the Hub benchmark")
 	asJSON := flag.Bool("json", false, "print the results as JSON")
+	reuse := flag.Bool("reuse", false, "keep the generated large checkpoint in -dir (qpack-bench-src-LxE) and reuse it on later runs")
+	onlyLocal := flag.Bool("only-local", false, "measure only repack --from-dir against cp (no memory or Hub runs)")
+	profile := flag.String("profile", "", "write a CPU profile of the last local repack to this file")
 	// child arguments
 	src := flag.String("src", "", "internal")
 	out := flag.String("out", "", "internal")
 	hubURL := flag.String("hub", "", "internal")
 	repo := flag.String("repo", "", "internal")
 	cpuprofile := flag.String("cpuprofile", "", "internal: write a CPU profile of a child")
+	traceOut := flag.String("trace", "", "internal: write an execution trace of a child")
 	flag.Parse()
 
 	if *child == "gen" {
@@ -96,6 +102,13 @@ func main() {
 				defer pprof.StopCPUProfile()
 			}
 		}
+		if *traceOut != "" {
+			f, err := os.Create(*traceOut)
+			if err == nil {
+				trace.Start(f)
+				defer trace.Stop()
+			}
+		}
 		runChild(*child, *src, *out, *hubURL, *repo, *conns)
 		return
 	}
@@ -108,7 +121,9 @@ func main() {
 		}
 		caps = append(caps, n)
 	}
-	if err := run(*dir, *layers, *small, *experts, *rounds, *cold, caps, *conns, *skipHub, *asJSON); err != nil {
+	cfg := config{dir: *dir, layers: *layers, small: *small, experts: *experts, rounds: *rounds, cold: *cold, hubCaps: caps, conns: *conns,
+		skipHub: *skipHub || *onlyLocal, onlyLocal: *onlyLocal, reuse: *reuse, profile: *profile, asJSON: *asJSON}
+	if err := run(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/repack:", err)
 		os.Exit(1)
 	}
@@ -389,6 +404,7 @@ type figure struct {
 	Seconds  float64 `json:"seconds"`
 	MBps     float64 `json:"mb_per_s"`
 	VmHWMMiB float64 `json:"vmhwm_mib,omitempty"`
+	CPU      float64 `json:"cpu_s,omitempty"` // user + system seconds of the fastest round's process
 	Ratio    float64 `json:"ratio,omitempty"` // throughput vs baseline (local), wall vs baseline (hub)
 	Note     string  `json:"note,omitempty"`
 }
@@ -398,6 +414,9 @@ func child(args ...string) (childReport, error) {
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	var rep childReport
+	if cmd.ProcessState != nil {
+		rep.CPU = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	}
 	if jerr := json.Unmarshal(out, &rep); jerr != nil {
 		return rep, fmt.Errorf("child %v: %v (output %q)", args, err, out)
 	}
@@ -422,15 +441,35 @@ func warm(paths []string) {
 	}
 }
 
-func timeCmd(name string, args ...string) (float64, error) {
+// timeCmd runs a command and returns its wall and CPU (user + system)
+// seconds.
+func timeCmd(name string, args ...string) (wall, cpu float64, err error) {
 	start := time.Now()
 	cmd := exec.Command(name, args...)
 	cmd.Stderr = os.Stderr
-	err := cmd.Run()
-	return time.Since(start).Seconds(), err
+	err = cmd.Run()
+	wall = time.Since(start).Seconds()
+	if cmd.ProcessState != nil {
+		cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	}
+	return wall, cpu, err
 }
 
-func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []int64, conns int, skipHub, asJSON bool) error {
+type config struct {
+	dir                    string
+	layers, small, experts int
+	rounds                 int
+	cold                   bool
+	hubCaps                []int64
+	conns                  int
+	skipHub, onlyLocal     bool
+	reuse                  bool
+	profile                string
+	asJSON                 bool
+}
+
+func run(c config) error {
+	dir, layers, small, experts, rounds, cold := c.dir, c.layers, c.small, c.experts, c.rounds, c.cold
 	work, err := os.MkdirTemp(dir, "qpack-bench-repack-")
 	if err != nil {
 		return err
@@ -453,14 +492,28 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 
 	// 1. Local: repack vs cp on the large model.
 	big := filepath.Join(work, "big")
-	t0 := time.Now()
-	bigBytes, err := generate(big, layers, experts)
-	if err != nil {
-		return err
+	var bigBytes int64
+	if c.reuse {
+		big = filepath.Join(dir, fmt.Sprintf("qpack-bench-src-%dx%d", layers, experts))
+		if _, err := os.Stat(filepath.Join(big, "config.json")); err == nil {
+			bigBytes, err = shardBytes(big)
+			if err != nil {
+				return err
+			}
+			logf("reusing %s: %.2f GB of shards", big, float64(bigBytes)/1e9)
+		}
 	}
-	logf("generated %d layers x %d experts: %.2f GB of shards in %.1fs", layers, experts, float64(bigBytes)/1e9, time.Since(t0).Seconds())
+	if bigBytes == 0 {
+		t0 := time.Now()
+		bigBytes, err = generate(big, layers, experts)
+		if err != nil {
+			return err
+		}
+		logf("generated %d layers x %d experts: %.2f GB of shards in %.1fs", layers, experts, float64(bigBytes)/1e9, time.Since(t0).Seconds())
+	}
 	shards := shardPaths(big)
 	best := map[string]float64{}
+	cpu := map[string]float64{}
 	var bigHWM int64
 	var cache string
 	for r := 0; r < rounds; r++ {
@@ -468,7 +521,7 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 		dst := filepath.Join(work, "cp")
 		os.MkdirAll(dst, 0o755)
 		cache = prep(shards)
-		sec, err := timeCmd("cp", append(append([]string{}, shards...), dst)...)
+		sec, cpSec, err := timeCmd("cp", append(append([]string{}, shards...), dst)...)
 		if err != nil {
 			return err
 		}
@@ -477,14 +530,21 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 		syncSec := sec + time.Since(syncStart).Seconds()
 		os.RemoveAll(dst)
 		exec.Command("sync").Run()
-		logf("round %d: cp %.2fs, cp+sync %.2fs", r, sec, syncSec)
+		logf("round %d: cp %.2fs (CPU %.2fs), cp+sync %.2fs", r, sec, cpSec, syncSec)
+		if old, ok := best["cp"]; !ok || sec < old {
+			cpu["cp"] = cpSec
+		}
 		upd(best, "cp", sec)
 		upd(best, "cp+sync", syncSec)
 		// repack
 		out := filepath.Join(work, "big.qpack")
 		prep(shards)
 		start := time.Now()
-		rep, err := child("-child", "repack", "-src", big, "-out", out)
+		args := []string{"-child", "repack", "-src", big, "-out", out}
+		if c.profile != "" && r == rounds-1 {
+			args = append(args, "-cpuprofile", c.profile)
+		}
+		rep, err := child(args...)
 		if err != nil {
 			return err
 		}
@@ -494,19 +554,27 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 		}
 		os.RemoveAll(out)
 		exec.Command("sync").Run()
-		logf("round %d: repack %.2fs (in-process %.2fs), VmHWM %d KiB", r, wall, rep.Seconds, rep.VmHWMKiB)
+		logf("round %d: repack %.2fs (in-process %.2fs, CPU %.2fs = %.2f ns/B), VmHWM %d KiB", r, wall, rep.Seconds, rep.CPU, rep.CPU/float64(bigBytes)*1e9, rep.VmHWMKiB)
+		if old, ok := best["repack"]; !ok || wall < old {
+			cpu["repack"] = rep.CPU
+		}
 		upd(best, "repack", wall)
 		bigHWM = max(bigHWM, rep.VmHWMKiB)
 	}
 	mbps := func(s float64) float64 { return float64(bigBytes) / s / 1e6 }
 	figs = append(figs,
-		figure{Name: "cp (baseline)", Bytes: bigBytes, Seconds: best["cp"], MBps: mbps(best["cp"]), Note: cache},
+		figure{Name: "cp (baseline)", Bytes: bigBytes, Seconds: best["cp"], MBps: mbps(best["cp"]), CPU: cpu["cp"], Note: cache},
 		figure{Name: "cp + sync (baseline)", Bytes: bigBytes, Seconds: best["cp+sync"], MBps: mbps(best["cp+sync"]), Note: cache},
 		figure{Name: "repack --from-dir", Bytes: bigBytes, Seconds: best["repack"], MBps: mbps(best["repack"]),
-			VmHWMMiB: float64(bigHWM) / 1024, Ratio: best["cp"] / best["repack"],
+			VmHWMMiB: float64(bigHWM) / 1024, CPU: cpu["repack"], Ratio: best["cp"] / best["repack"],
 			Note: fmt.Sprintf("%s; ratio vs cp; vs cp+sync %.2f", cache, best["cp+sync"]/best["repack"])},
 	)
-	os.RemoveAll(big)
+	if !c.reuse {
+		os.RemoveAll(big)
+	}
+	if c.onlyLocal {
+		return printFigures(figs, c.asJSON)
+	}
 
 	// 2. Memory at a second size (and the Hub source).
 	sm := filepath.Join(work, "small")
@@ -528,21 +596,24 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 		Note: fmt.Sprintf("peak RSS vs %d layers: %.2fx", layers, float64(rep.VmHWMKiB)/float64(bigHWM))})
 
 	// 3. Hub streaming vs a plain parallel download, same caps.
-	for _, hubCap := range hubCaps {
-		if skipHub {
+	for _, hubCap := range c.hubCaps {
+		if c.skipHub {
 			break
 		}
-		if err := hubBench(sm, out, smallBytes, hubCap, conns, rounds, &figs, logf); err != nil {
+		if err := hubBench(sm, out, smallBytes, hubCap, c.conns, rounds, &figs, logf); err != nil {
 			return err
 		}
 	}
+	return printFigures(figs, c.asJSON)
+}
 
+func printFigures(figs []figure, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(figs)
 	}
-	fmt.Printf("%-40s %10s %9s %9s %10s %7s  %s\n", "run", "GB", "s", "MB/s", "VmHWM MiB", "ratio", "note")
+	fmt.Printf("%-40s %10s %9s %9s %9s %10s %7s  %s\n", "run", "GB", "s", "MB/s", "CPU s", "VmHWM MiB", "ratio", "note")
 	for _, f := range figs {
 		ratio := ""
 		if f.Ratio > 0 {
@@ -552,7 +623,11 @@ func run(dir string, layers, small, experts, rounds int, cold bool, hubCaps []in
 		if f.VmHWMMiB > 0 {
 			hwm = fmt.Sprintf("%.1f", f.VmHWMMiB)
 		}
-		fmt.Printf("%-40s %10.2f %9.2f %9.0f %10s %7s  %s\n", f.Name, float64(f.Bytes)/1e9, f.Seconds, f.MBps, hwm, ratio, f.Note)
+		cpu := ""
+		if f.CPU > 0 {
+			cpu = fmt.Sprintf("%.2f", f.CPU)
+		}
+		fmt.Printf("%-40s %10.2f %9.2f %9.0f %9s %10s %7s  %s\n", f.Name, float64(f.Bytes)/1e9, f.Seconds, f.MBps, cpu, hwm, ratio, f.Note)
 	}
 	return nil
 }
