@@ -165,9 +165,9 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 		spec = 0
 	}
 	log.Debug("model loaded", "model", dir, "type", m.Config.ModelType, "layers", m.Config.Layers,
-		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil)
+		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil, "speculate", spec)
 	return &Runner{Model: m, Tokenizer: tok, Template: tmpl, EOS: eos, Cache: cache, Dir: dir,
-		chunk: chunk, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
+		chunk: chunk, spec: spec, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
 }
 
 // DenseBytes is the memory the dense weights took when loaded: the Go heap

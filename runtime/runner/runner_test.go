@@ -134,8 +134,9 @@ func sameBits(a, b []float32) bool {
 }
 
 // Whatever the cache size, and whether experts come from a .qpack or the
-// raw checkpoint, read buffered or direct, the tokens and logits are the
-// same, bit for bit, and equal to the in-memory model's.
+// raw checkpoint, read buffered or direct, with or without speculative
+// reads, the tokens and logits are the same, bit for bit, and equal to the
+// in-memory model's.
 func TestOutputIndependentOfCacheAndSource(t *testing.T) {
 	for _, v := range []struct {
 		typ         string
@@ -154,14 +155,19 @@ func TestOutputIndependentOfCacheAndSource(t *testing.T) {
 				dir    string
 				budget int64
 				io     expertcache.IOMode
+				spec   int
 			}{
-				{"raw-tiny", f.raw, 1, expertcache.Buffered},
-				{"raw-unlimited", f.raw, 1 << 30, expertcache.Buffered},
-				{"qpack-tiny", f.pack, 1, expertcache.Buffered},
-				{"qpack-3slots", f.pack, 3 * 16384, expertcache.Direct},
-				{"qpack-unlimited", f.pack, 1 << 30, expertcache.Direct},
+				{"raw-tiny", f.raw, 1, expertcache.Buffered, -1},
+				{"raw-unlimited", f.raw, 1 << 30, expertcache.Buffered, -1},
+				{"qpack-tiny", f.pack, 1, expertcache.Buffered, -1},
+				{"qpack-3slots", f.pack, 3 * 16384, expertcache.Direct, -1},
+				{"qpack-unlimited", f.pack, 1 << 30, expertcache.Direct, -1},
+				{"qpack-tiny-speculate", f.pack, 1, expertcache.Buffered, DefaultSpeculate},
+				{"qpack-3slots-speculate", f.pack, 3 * 16384, expertcache.Direct, DefaultSpeculate},
+				{"raw-6slots-speculate-all", f.raw, 6 * 8192, expertcache.Buffered, 100},
+				{"qpack-unlimited-speculate", f.pack, 1 << 30, expertcache.Direct, 3},
 			} {
-				r := open(t, c.dir, Options{ExpertCache: c.budget, IO: c.io, PrefillChunk: chunk})
+				r := open(t, c.dir, Options{ExpertCache: c.budget, IO: c.io, PrefillChunk: chunk, Speculate: c.spec})
 				got := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: n})
 				if !slices.Equal(got.tokens, want.tokens) {
 					t.Fatalf("%s: tokens %v, want %v", c.name, got.tokens, want.tokens)
@@ -176,12 +182,22 @@ func TestOutputIndependentOfCacheAndSource(t *testing.T) {
 					t.Fatalf("%s: peak %d over budget %d", c.name, st.PeakAllocated, st.Budget)
 				}
 				pre, dec := got.res.PrefillCache, got.res.DecodeCache
-				switch c.budget {
-				case 1: // one slot: every request misses
+				if pre.SpecNamed != 0 {
+					t.Errorf("%s: prefill speculated: %+v", c.name, pre)
+				}
+				if c.spec < 0 {
+					if dec.SpecNamed != 0 {
+						t.Errorf("%s: speculation off, yet %+v", c.name, dec)
+					}
+				} else if dec.SpecNamed == 0 || dec.SpecCorrect == 0 || dec.SpecUseful > dec.SpecReads || dec.SpecCorrect > dec.SpecTargets {
+					t.Errorf("%s: decode speculation stats %+v", c.name, dec)
+				}
+				switch {
+				case c.budget == 1 && c.spec < 0: // one slot: every request misses
 					if dec.Hits != 0 || dec.Evicted == 0 || dec.Misses != dec.Requests {
 						t.Errorf("%s: decode stats %+v, want every request to miss", c.name, dec)
 					}
-				case 1 << 30: // everything fits: nothing is ever evicted
+				case c.budget == 1<<30: // everything fits: nothing is ever evicted
 					if pre.Evicted+dec.Evicted != 0 || dec.Hits == 0 {
 						t.Errorf("%s: stats %+v %+v, want no eviction and decode hits", c.name, pre, dec)
 					}

@@ -207,7 +207,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 			s.pending = tok
 			return nil, err
 		}
-		logits, err = s.r.Model.Forward(s.st, []int{tok}, nil)
+		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec})
 		if err != nil {
 			s.Reset()
 			return nil, err
