@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -52,6 +53,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 		&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered (page cache) or direct (O_DIRECT / F_NOCACHE where the file system allows)"},
 		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass"},
+		&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed for each layer before its attention during decode, read while it computes (a hint: output is unchanged); auto: the model's top-k; 0 or off: none"},
 		&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
 		backendFlag(),
@@ -112,6 +114,11 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	} else {
 		s.opts.PrefillChunk = n
 	}
+	if n, err := parseSpeculate(l.String("speculate-experts")); err != nil {
+		return nil, withCode(2, fmt.Errorf("--speculate-experts: %w", err))
+	} else {
+		s.opts.Speculate = n
+	}
 	if n := l.Int("max-new"); n < 1 {
 		return nil, withCode(2, fmt.Errorf("--max-new %d: want at least 1", n))
 	} else {
@@ -140,6 +147,23 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 		s.opts.VerifyExpert, s.closeChk = check, closeFn
 	}
 	return s, nil
+}
+
+// parseSpeculate maps --speculate-experts to runner.Options.Speculate:
+// auto is the runner's default, 0 or off turns speculation off, N guesses N
+// experts per token.
+func parseSpeculate(v string) (int, error) {
+	switch v {
+	case "auto", "":
+		return runner.DefaultSpeculate, nil
+	case "off", "0":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1<<16 {
+		return 0, fmt.Errorf("%q: want auto, off, or a number of experts from 1 to 65536", v)
+	}
+	return n, nil
 }
 
 // expertVerifier checks expert blobs against the container's manifest.
@@ -256,11 +280,23 @@ type cacheReport struct {
 	BytesRead int64   `json:"bytes_read"`
 	ReadP50Ms float64 `json:"read_p50_ms"`
 	ReadP99Ms float64 `json:"read_p99_ms"`
+	// Speculative reads (decode): experts guessed, of which the real
+	// batch named; the real batch's experts; reads queued, useful,
+	// cancelled, and the bytes read for wrong guesses.
+	SpecGuessed         int64 `json:"speculated_experts"`
+	SpecCorrect         int64 `json:"speculated_correct"`
+	SpecTargets         int64 `json:"speculated_targets"`
+	SpecReads           int64 `json:"speculative_reads"`
+	SpecUseful          int64 `json:"speculative_reads_useful"`
+	SpecCancelled       int64 `json:"speculative_reads_cancelled"`
+	SpecWastedBytesRead int64 `json:"speculative_bytes_wasted"`
 }
 
 func newCacheReport(st expertcache.Stats) cacheReport {
 	return cacheReport{Requests: st.Requests, Hits: st.Hits, Misses: st.Misses, HitRate: st.HitRate(), Reads: st.Reads,
-		BytesRead: st.BytesRead, ReadP50Ms: st.ReadP50.Seconds() * 1e3, ReadP99Ms: st.ReadP99.Seconds() * 1e3}
+		BytesRead: st.BytesRead, ReadP50Ms: st.ReadP50.Seconds() * 1e3, ReadP99Ms: st.ReadP99.Seconds() * 1e3,
+		SpecGuessed: st.SpecNamed, SpecCorrect: st.SpecCorrect, SpecTargets: st.SpecTargets, SpecReads: st.SpecReads,
+		SpecUseful: st.SpecUseful, SpecCancelled: st.SpecCancelled, SpecWastedBytesRead: st.SpecWastedBytes}
 }
 
 // runReport is what generate prints at the end (and chat per turn).
@@ -318,6 +354,10 @@ func (p *runReport) print(w io.Writer) {
 	fmt.Fprintf(w, "experts: hit rate %.1f%% | decode: hit rate %.1f%%, %s read per token, read p50 %.2f ms p99 %.2f ms | prefill: %d reads, %s\n",
 		100*p.HitRate, 100*p.Decode.HitRate, gib(int64(p.BytesReadPerToken)), p.Decode.ReadP50Ms, p.Decode.ReadP99Ms,
 		p.Prefill.Reads, gib(p.Prefill.BytesRead))
+	if d := p.Decode; d.SpecGuessed > 0 {
+		fmt.Fprintf(w, "speculation: %.0f%% of the decode experts guessed before attention; %d reads ahead, %d useful, %d cancelled, %s read for wrong guesses\n",
+			100*float64(d.SpecCorrect)/float64(max(d.SpecTargets, 1)), d.SpecReads, d.SpecUseful, d.SpecCancelled, gib(d.SpecWastedBytesRead))
+	}
 }
 
 // quickstartGenerate runs a short greedy chat generation on the container.

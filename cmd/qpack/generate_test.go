@@ -80,6 +80,22 @@ func TestGenerateCommand(t *testing.T) {
 		got.PrefillTokPerSec <= 0 || got.BytesReadPerToken <= 0 || got.Decode.Requests == 0 || got.HitRate < 0 || got.HitRate > 1 {
 		t.Fatalf("report %+v", got.runReport)
 	}
+	// Speculative reads are on by default in decode; off, the output is the same.
+	if d := got.Decode; d.SpecGuessed == 0 || d.SpecTargets == 0 || d.SpecCorrect > d.SpecTargets {
+		t.Errorf("decode speculation report %+v", d)
+	}
+	out, _, err = runGenCLI(t, "generate", pack, "--prompt", "Hello there", "--chat", "--no-think", "--max-new", "6",
+		"--json", "--expert-cache", "64KiB", "--speculate-experts", "off")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var off genJSON
+	if err := json.Unmarshal([]byte(out), &off); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out)
+	}
+	if !slices.Equal(off.Tokens, want.Tokens) || off.Decode.SpecGuessed != 0 {
+		t.Errorf("--speculate-experts off: tokens %v (want %v), %d experts guessed", off.Tokens, want.Tokens, off.Decode.SpecGuessed)
+	}
 
 	// Streaming text and the summary on stderr.
 	text, summary, err := runGenCLI(t, "generate", pack, "--prompt", "Hello there", "--chat", "--no-think", "--max-new", "6")
@@ -100,6 +116,8 @@ func TestGenerateCommand(t *testing.T) {
 		{"generate", "--prompt", "x"},
 		{"generate", pack, "--prompt", "x", "--expert-cache", "lots"},
 		{"generate", pack, "--prompt", "x", "--io", "mmap"},
+		{"generate", pack, "--prompt", "x", "--speculate-experts", "lots"},
+		{"generate", pack, "--prompt", "x", "--speculate-experts", "-3"},
 		{"generate", pack, "--prompt", "x", "--top-p", "2"},
 		{"generate", genModel, "--prompt", "x", "--verify-experts"},
 	} {
