@@ -31,7 +31,12 @@ const (
 // Memory: slices that lie in memory from Alloc are used by the GPU in place
 // (zero copy; Apple GPUs share memory with the CPU). Any other slice is
 // copied into a staging buffer for the call (and copied back if written), so
-// every Go slice works, at the cost of a copy.
+// every Go slice works, at the cost of a copy. Backend implements
+// runtime.Allocator, so runtime.Load puts the dense weights in one Alloc
+// arena and the runner's expert cache reads experts straight into Alloc
+// slots. Nothing is cached per address: each call looks its arguments up
+// in the live Alloc regions and the GPU reads their current bytes, so a
+// slot refilled with another expert needs no invalidation.
 //
 // A Backend is safe for concurrent use; calls are serialized.
 type Backend struct {
@@ -58,8 +63,9 @@ type Stats struct {
 }
 
 var (
-	_ runtime.Backend = (*Backend)(nil)
-	_ Ops             = (*Backend)(nil)
+	_ runtime.Backend   = (*Backend)(nil)
+	_ runtime.Allocator = (*Backend)(nil)
+	_ Ops               = (*Backend)(nil)
 )
 
 // New opens the system's default Metal device and compiles the kernels

@@ -45,6 +45,9 @@ type Options struct {
 	// then overlap the mixer (runtime.ForwardOptions.Speculate): 0 is
 	// DefaultSpeculate, < 0 turns it off. Results do not depend on it.
 	Speculate int
+	// NoScan keeps the expert cache's scan policy off during prefill
+	// (see Session.Feed); it is for measuring the policy.
+	NoScan bool
 	// VerifyExpert, if set, checks each expert blob after it is read (the
 	// command wires verify.ExpertChecker here).
 	VerifyExpert func(layer, expert int, blob []byte) error
@@ -66,7 +69,7 @@ type Runner struct {
 	Dir       string
 
 	chunk      int
-	spec       int // experts guessed per token in decode (0: none)
+	spec       int   // experts guessed per token in decode (0: none)
 	denseBytes int64 // Go heap
 	arenaBytes int64 // from the backend's Allocator
 	log        *slog.Logger
@@ -167,7 +170,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	log.Debug("model loaded", "model", dir, "type", m.Config.ModelType, "layers", m.Config.Layers,
 		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil, "speculate", spec)
 	return &Runner{Model: m, Tokenizer: tok, Template: tmpl, EOS: eos, Cache: cache, Dir: dir,
-		chunk: chunk, spec: spec, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
+		chunk: chunk, spec: spec, noScan: opt.NoScan, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
 }
 
 // DenseBytes is the memory the dense weights took when loaded: the Go heap
