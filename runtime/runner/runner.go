@@ -70,6 +70,7 @@ type Runner struct {
 
 	chunk      int
 	spec       int   // experts guessed per token in decode (0: none)
+	noScan     bool  // Options.NoScan
 	denseBytes int64 // Go heap
 	arenaBytes int64 // from the backend's Allocator
 	log        *slog.Logger
