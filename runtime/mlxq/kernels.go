@@ -1,5 +1,7 @@
 package mlxq
 
+//go:generate go run asm_gen_neon.go
+
 import (
 	"encoding/binary"
 	"math"

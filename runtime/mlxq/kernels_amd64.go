@@ -14,6 +14,25 @@ import (
 // and F16C (Haswell and later). Without them the portable Go kernels run.
 var asmAvailable = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
+// asmAnyBits reports whether qAnyAsm exists (2, 3, 5 and 6 bits).
+const asmAnyBits = true
+
+// permuteQ4 arranges one group of x (len a multiple of 16) for the 4-bit
+// kernel. It widens 8 bytes (16 elements) at a time; per 16 elements it
+// wants x_even - x_odd/16 (8 values, to multiply the low nibbles) then
+// x_odd/16 (8 values, to multiply the whole bytes lo + 16*hi).
+func permuteQ4(dst, src []float32) {
+	for j := 0; j+16 <= len(src) && j+16 <= len(dst); j += 16 {
+		s := (*[16]float32)(src[j : j+16])
+		d := (*[16]float32)(dst[j : j+16])
+		o0, o1, o2, o3 := s[1]*(1.0/16), s[3]*(1.0/16), s[5]*(1.0/16), s[7]*(1.0/16)
+		o4, o5, o6, o7 := s[9]*(1.0/16), s[11]*(1.0/16), s[13]*(1.0/16), s[15]*(1.0/16)
+		d[0], d[1], d[2], d[3] = s[0]-o0, s[2]-o1, s[4]-o2, s[6]-o3
+		d[4], d[5], d[6], d[7] = s[8]-o4, s[10]-o5, s[12]-o6, s[14]-o7
+		d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15] = o0, o1, o2, o3, o4, o5, o6, o7
+	}
+}
+
 func groupIndex(group int) int {
 	switch group {
 	case 32:

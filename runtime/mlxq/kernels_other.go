@@ -1,8 +1,12 @@
-//go:build !amd64 || purego
+//go:build !(amd64 || arm64) || purego
 
 package mlxq
 
 const asmAvailable = false
+
+const asmAnyBits = false
+
+func permuteQ4(dst, src []float32) { panic("mlxq: no asm kernels") }
 
 func qDotAsm(bits int, row []byte, x []float32, s, b []byte, t Float, xs []float32, group int) float32 {
 	panic("mlxq: no asm kernels")

@@ -81,7 +81,7 @@ func (m Matrix) kernel() kernelKind {
 		}
 		return kQ8Go
 	}
-	if useAsm {
+	if useAsm && asmAnyBits {
 		return kQAnyAsm
 	}
 	return kQGo
@@ -121,30 +121,35 @@ func (p *plan) prepare(m Matrix, k kernelKind, X []float32, n int) {
 		p.x = p.buf
 	}
 	// Per group: sum x (float32, eight independent accumulators) and, for the
-	// 4-bit assembly kernel, copy x re-arranged. That kernel widens 8 bytes
-	// (16 elements) at a time; per 16 elements it wants x_even - x_odd/16
-	// (8 values, to multiply the low nibbles) then x_odd/16 (8 values, to
-	// multiply the whole bytes lo + 16*hi).
+	// 4-bit assembly kernel, copy x re-arranged as that kernel wants it (see
+	// permuteQ4 in the kernels_GOARCH.go files).
 	perm := k == kQAsm && m.Bits == 4
 	for gi := 0; gi < n*ng; gi++ {
 		xg := X[gi*g : (gi+1)*g]
-		var a [8]float32
-		for j := 0; j+16 <= len(xg); j += 16 {
-			src := (*[16]float32)(xg[j : j+16])
-			for t := 0; t < 8; t++ {
-				a[t] += src[2*t] + src[2*t+1]
-			}
-			if perm {
-				dst := (*[16]float32)(p.buf[gi*g+j : gi*g+j+16])
-				for t := 0; t < 8; t++ {
-					o := src[2*t+1] * (1.0 / 16)
-					dst[t] = src[2*t] - o
-					dst[8+t] = o
-				}
-			}
+		p.xsum[gi] = groupSum(xg)
+		if perm {
+			permuteQ4(p.buf[gi*g:(gi+1)*g], xg)
 		}
-		p.xsum[gi] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 	}
+}
+
+// groupSum returns the sum of x (len a multiple of 16) in float32, in eight
+// independent accumulators: accumulator t adds x[16j+2t] + x[16j+2t+1].
+func groupSum(x []float32) float32 {
+	var a0, a1, a2, a3, a4, a5, a6, a7 float32
+	for len(x) >= 16 {
+		s := (*[16]float32)(x)
+		a0 += s[0] + s[1]
+		a1 += s[2] + s[3]
+		a2 += s[4] + s[5]
+		a3 += s[6] + s[7]
+		a4 += s[8] + s[9]
+		a5 += s[10] + s[11]
+		a6 += s[12] + s[13]
+		a7 += s[14] + s[15]
+		x = x[16:]
+	}
+	return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
 }
 
 // rows computes rows [r0, r1) of Y for every vector. sb is scratch for 2*Groups
