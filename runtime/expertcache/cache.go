@@ -122,6 +122,7 @@ type pfEntry struct {
 	s        *slot // slot pinned for it; nil while deferred (no room yet)
 	consumed bool  // handed out by Expert (the pin now belongs to the handout)
 	counted  bool  // its hit or miss is counted
+	loaded   bool  // the batch started its read (a reservation ahead)
 }
 
 // specEntry is one expert named by Speculate.
@@ -156,6 +157,8 @@ type Cache struct {
 	pf        []pfEntry
 	pfIndex   map[key]int
 	spec      []specEntry // the last Speculate's experts, pinned until the next batch
+	scan      bool        // SetScan: the policy for passes that sweep every layer
+	pfLayer   int         // the layer of the current batch
 	batch     uint64      // Prefetch calls so far
 	closed    bool
 	st        counters
@@ -293,22 +296,56 @@ func (c *Cache) grab(size int64) (*slot, error) {
 	}
 }
 
-// victim picks the ready, unpinned slot with the least use count, the
-// oldest last use breaking ties. Called with mu held.
+// victim picks the ready, unpinned slot to evict: the least use count, the
+// oldest last use breaking ties; in scan mode (SetScan), the expert whose
+// layer comes furthest after the current batch's in layer order (that
+// layer's own experts, needed again only in the next pass, first), then the
+// least use count, then the oldest last use. Called with mu held.
 func (c *Cache) victim() *slot {
 	var best *slot
 	var bc uint64
+	var bd int
+	L := c.blobs.Layers()
 	for _, s := range c.slots {
 		if s.state != stReady || s.refs > 0 {
 			continue
 		}
 		sc := c.count[c.countIdx(s.key)]
+		if c.scan {
+			d := (s.key.layer() - c.pfLayer + L) % L
+			if d == 0 {
+				d = L
+			}
+			if best == nil || d > bd || (d == bd && (sc < bc || (sc == bc && s.tick < best.tick))) {
+				best, bc, bd = s, sc, d
+			}
+			continue
+		}
 		if best == nil || sc < bc || (sc == bc && s.tick < best.tick) {
 			best, bc = s, sc
 		}
 	}
 	return best
 }
+
+// SetScan switches the policy for passes that sweep through most experts
+// of every layer, layer after layer (a chunked prefill), on or off. A
+// recency rule turns such a cyclic sweep larger than the budget into a
+// stream of misses: each layer evicts the experts that the next pass will
+// want first. In scan mode a batch evicts by layer distance (see victim)
+// and reserves at most ScanWindow reads ahead of its requests, so that it
+// recycles its own slots and leaves the other layers' experts resident
+// for the next pass. Decode (a few experts per layer) wants it off, the
+// default.
+func (c *Cache) SetScan(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.scan = on
+}
+
+// ScanWindow returns the most reads a batch starts ahead of its requests
+// in scan mode: twice the readers.
+func (c *Cache) ScanWindow() int { return 2 * c.opt.Readers }
 
 // drop frees a slot's buffer and forgets the slot. Called with mu held.
 func (c *Cache) drop(s *slot) {
@@ -400,6 +437,7 @@ func (c *Cache) Prefetch(l int, experts []int) {
 	c.dropBatch()
 	c.batch++
 	c.tick++
+	c.pfLayer = l
 	for _, e := range experts {
 		if c.checkKey(l, e) != nil {
 			continue // Expert reports the error
@@ -542,6 +580,14 @@ func (c *Cache) pump() {
 	if c.closed {
 		return
 	}
+	ahead := 0 // reads started by the batch and not yet handed out
+	if c.scan {
+		for i := range c.pf {
+			if c.pf[i].loaded && !c.pf[i].consumed {
+				ahead++
+			}
+		}
+	}
 	for i := range c.pf {
 		ent := &c.pf[i]
 		if ent.s != nil || ent.consumed {
@@ -559,6 +605,9 @@ func (c *Cache) pump() {
 			ent.s = s
 			continue
 		}
+		if c.scan && ahead >= c.ScanWindow() {
+			return
+		}
 		s, err := c.grab(c.blobs.BufSize(ent.k.layer()))
 		if err != nil || s == nil {
 			return
@@ -566,7 +615,8 @@ func (c *Cache) pump() {
 		c.startLoad(s, ent.k, false)
 		c.count1(ent, false)
 		s.tick = c.tick
-		ent.s = s
+		ent.s, ent.loaded = s, true
+		ahead++
 	}
 }
 

@@ -343,6 +343,7 @@ func TestConcurrentBudget(t *testing.T) {
 			// A guess, partly right, before the batch (as the forward
 			// pass speculates before a layer's mixer).
 			c.Speculate(l, []int{batch[1], r.IntN(16), r.IntN(16)})
+			c.SetScan(r.IntN(2) == 0)
 			c.Prefetch(l, batch)
 			for _, e := range batch {
 				w, err := c.Expert(l, e)
@@ -484,6 +485,104 @@ func TestSpeculationYieldsToRequests(t *testing.T) {
 	c.Release(w6)
 	if got, want := resident(c, 2, 8), "1/5 1/6"; got != want {
 		t.Errorf("resident %q, want %q", got, want)
+	}
+}
+
+// In scan mode a miss evicts by layer distance from the batch's layer: the
+// batch layer's own other experts first (wanted again only in the next
+// pass), then the layer before it, and so on round to the next layer;
+// equal distance falls back to the use count, then recency. Pinned
+// experts are never evicted.
+func TestScanEvictionOrder(t *testing.T) {
+	f := newFake(t, 4, 8, 4096, 4096, 1)
+	c := mustNew(t, f, Options{Budget: 5 * 4096})
+	batch := func(l int, experts ...int) {
+		t.Helper()
+		c.Prefetch(l, experts)
+		for _, e := range experts {
+			get(t, c, f, l, e)
+		}
+	}
+	// Layer 2 has two experts, 2/1 used twice; one expert elsewhere.
+	batch(0, 0)
+	batch(1, 0)
+	batch(2, 0, 1)
+	batch(2, 1)
+	batch(3, 0)
+	c.SetScan(true)
+	// Layer 2's batch: its own other expert with the fewest uses goes
+	// first (2/0, one use, before 2/1, two).
+	batch(2, 5)
+	if got, want := resident(c, 4, 8), "0/0 1/0 2/1 2/5 3/0"; got != want {
+		t.Fatalf("after the first scan eviction: resident %q, want %q", got, want)
+	}
+	// 2/5 and 2/1 (pinned by this batch) are layer 2; the next layer 2
+	// expert evicts 2/5, the only unpinned one of layer 2.
+	batch(2, 1, 6)
+	if got, want := resident(c, 4, 8), "0/0 1/0 2/1 2/6 3/0"; got != want {
+		t.Fatalf("after the second: resident %q, want %q", got, want)
+	}
+	// Layer 0's batch with 0/0 held by another caller: the layer-0 expert
+	// is pinned, so the furthest layer after 0 goes: 3 (distance 3).
+	w := hold(t, c, f, 0, 0)
+	batch(0, 7)
+	if got, want := resident(c, 4, 8), "0/0 0/7 1/0 2/1 2/6"; got != want {
+		t.Fatalf("with 0/0 pinned: resident %q, want %q", got, want)
+	}
+	c.Release(w)
+	// Off again: least used, then least recent (1/0, one use, oldest).
+	c.SetScan(false)
+	batch(3, 3)
+	if got, want := resident(c, 4, 8), "0/0 0/7 2/1 2/6 3/3"; got != want {
+		t.Fatalf("recency again: resident %q, want %q", got, want)
+	}
+	if st := c.Stats(); st.PeakAllocated > st.Budget {
+		t.Fatalf("peak %d > budget %d", st.PeakAllocated, st.Budget)
+	}
+}
+
+// A cyclic sweep of two layers, each batch twice the budget: with the
+// recency rule each layer evicts the other's experts and the second sweep
+// of layer 0 hits nothing; in scan mode a batch reserves at most
+// ScanWindow reads ahead and recycles its own slots, so layer 0's last
+// experts survive layer 1's batch and hit.
+func TestScanKeepsExpertsAcrossSweeps(t *testing.T) {
+	f := newFake(t, 2, 64, 4096, 4096, 1)
+	hits := map[bool]int64{}
+	for _, scan := range []bool{false, true} {
+		c := mustNew(t, f, Options{Budget: 10 * 4096, Readers: 2})
+		c.SetScan(scan)
+		batch := make([]int, 20)
+		for i := range batch {
+			batch[i] = i
+		}
+		for l := range 2 {
+			c.Prefetch(l, batch)
+			if scan && l == 0 {
+				c.waitReads()
+				if st := c.Stats(); st.Loads != int64(c.ScanWindow()) {
+					t.Errorf("scan: %d reads started ahead of the requests, want the window %d", st.Loads, c.ScanWindow())
+				}
+			}
+			for _, e := range batch {
+				get(t, c, f, l, e)
+			}
+		}
+		before := c.Stats()
+		c.Prefetch(0, batch)
+		for _, e := range batch {
+			get(t, c, f, 0, e)
+		}
+		st := c.Stats()
+		hits[scan] = st.Hits - before.Hits
+		if st.PeakAllocated > st.Budget {
+			t.Fatalf("scan %v: peak %d > budget %d", scan, st.PeakAllocated, st.Budget)
+		}
+	}
+	// Scan: layer 1's window (4 reads) evicted layer 0's four oldest of
+	// its last ten (10..13); 14..19 hit.
+	if hits[false] != 0 || hits[true] != 6 {
+		t.Errorf("second sweep of layer 0: %d hits by recency, %d in scan mode; want 0 and 6", hits[false], hits[true])
 	}
 }
 

@@ -103,15 +103,23 @@ func rate(n int, d time.Duration) float64 {
 
 // Feed runs tokens through the model in chunks of the runner's prefill
 // size and returns the logits after the last one (a pending sampled token
-// is not fed: see Generate).
+// is not fed: see Generate). Passes whose tokens route to at least half of
+// a layer's experts (counting each routing once) run with the expert
+// cache in scan mode (expertcache.Cache.SetScan), unless Options.NoScan.
 func (s *Session) Feed(ctx context.Context, tokens []int) ([]float32, int, error) {
 	var logits []float32
 	chunks := 0
+	// A pass whose tokens route to a large share of each layer's experts
+	// sweeps the layers cyclically: the cache's scan policy keeps part of
+	// the experts for the next pass instead of evicting them all.
+	cfg := s.r.Model.Config
+	defer s.r.Cache.SetScan(false)
 	for i := 0; i < len(tokens); i += s.r.chunk {
 		if err := ctx.Err(); err != nil {
 			return nil, chunks, err
 		}
 		end := min(i+s.r.chunk, len(tokens))
+		s.r.Cache.SetScan(!s.r.noScan && 2*(end-i)*cfg.TopK >= cfg.Experts)
 		var err error
 		logits, err = s.r.Model.Forward(s.st, tokens[i:end], &runtime.ForwardOptions{NoLogits: end < len(tokens)})
 		chunks++
