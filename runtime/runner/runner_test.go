@@ -248,6 +248,30 @@ func TestChunkedPrefillReadsLess(t *testing.T) {
 		len(long), tok.Loads, ch.Loads)
 }
 
+// In prefill the expert cache's scan policy keeps some experts from one
+// chunk's sweep of the layers to the next (recency would evict each
+// layer's experts before the next chunk wants them): fewer reads, the same
+// logits.
+func TestPrefillScanReadsLess(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen35MoE, 4, 32, "qwen3_5_moe-q4g32")
+	long := slices.Concat(prompt, prompt, prompt, prompt) // 88 tokens
+	res := map[bool]run{}
+	for _, noScan := range []bool{true, false} {
+		r := open(t, f.pack, Options{ExpertCache: 20 * 16384, PrefillChunk: 16, NoScan: noScan})
+		res[noScan] = generate(t, r.NewSession(), long, GenOptions{MaxNew: 1})
+	}
+	if !sameBits(res[true].logits[0], res[false].logits[0]) {
+		t.Fatal("the cache policy changed the logits")
+	}
+	on, off := res[false].res.PrefillCache, res[true].res.PrefillCache
+	t.Logf("prefill of %d tokens, 20 of 64 experts cached: %d reads (hit rate %.1f%%) in scan mode, %d (%.1f%%) by recency",
+		len(long), on.Loads, 100*on.HitRate(), off.Loads, 100*off.HitRate())
+	if on.Requests != off.Requests || on.Loads >= off.Loads || on.Hits <= off.Hits {
+		t.Errorf("scan mode: %d requests, %d reads, %d hits; recency: %d, %d, %d: want fewer reads in scan mode",
+			on.Requests, on.Loads, on.Hits, off.Requests, off.Loads, off.Hits)
+	}
+}
+
 // A second chat turn prefills only its own tokens, and what it generates
 // equals a fresh run over the whole conversation's tokens.
 func TestChatReusesState(t *testing.T) {
