@@ -65,6 +65,9 @@ func ParseIOMode(s string) (IOMode, error) {
 // DefaultReaders is the default number of reads in flight at once.
 const DefaultReaders = 8
 
+// DefaultSpecReads is the default bound on speculative reads in flight.
+const DefaultSpecReads = 2
+
 // Options tunes New.
 type Options struct {
 	// Budget bounds the bytes of all slot buffers together. A budget below
@@ -74,6 +77,12 @@ type Options struct {
 	IO     IOMode
 	// Readers bounds the reads in flight (0: DefaultReaders).
 	Readers int
+	// SpecReads bounds the speculative reads (Speculate) in flight at
+	// once (0: DefaultSpecReads). The others wait in the queue, likeliest
+	// first: the next Prefetch turns those it names into ordinary reads
+	// and cancels the rest, so that a wrong guess costs a read only if it
+	// had started. Ordinary reads are never held back.
+	SpecReads int
 	// Verify, if set, checks each expert's bytes (buf[:BufSize(l)]) after
 	// its read and before the slot is tagged; an error fails the request.
 	Verify func(layer, expert int, buf []byte) error
@@ -110,6 +119,8 @@ type slot struct {
 	size  int64  // BufSize of the key's layer
 	state slotState
 	refs  int    // pins: handouts not yet released + a prefetch reservation
+	spec  bool   // a speculative read no batch has claimed yet
+	fly   bool   // counted in specFlight
 	tick  uint64 // last use
 	done  chan struct{}
 	err   error
@@ -157,6 +168,7 @@ type Cache struct {
 	pf        []pfEntry
 	pfIndex   map[key]int
 	spec      []specEntry // the last Speculate's experts, pinned until the next batch
+	specFly   int         // speculative reads in flight
 	scan      bool        // SetScan: the policy for passes that sweep every layer
 	pfLayer   int         // the layer of the current batch
 	batch     uint64      // Prefetch calls so far
@@ -183,6 +195,9 @@ func New(blobs Blobs, opt Options) (*Cache, error) {
 	}
 	if opt.Readers <= 0 {
 		opt.Readers = DefaultReaders
+	}
+	if opt.SpecReads <= 0 {
+		opt.SpecReads = DefaultSpecReads
 	}
 	if (opt.Alloc == nil) != (opt.Free == nil) {
 		return nil, fmt.Errorf("expert cache: Options.Alloc and Options.Free must be set together")
@@ -211,25 +226,52 @@ func New(blobs Blobs, opt Options) (*Cache, error) {
 	return c, nil
 }
 
-// reader is one of the Readers goroutines: it takes queued reads in order.
+// reader is one of the Readers goroutines: it takes queued reads in order,
+// passing over speculative ones while Options.SpecReads of them are in
+// flight.
 func (c *Cache) reader() {
 	defer c.workers.Done()
 	c.mu.Lock()
 	for {
-		for len(c.queue) == 0 && !c.closed {
+		i := c.nextRead()
+		for i < 0 && !(c.closed && len(c.queue) == 0) {
 			c.work.Wait()
+			i = c.nextRead()
 		}
-		if len(c.queue) == 0 {
+		if i < 0 {
 			c.mu.Unlock()
 			return
 		}
-		s := c.queue[0]
-		c.queue[0] = nil
-		c.queue = c.queue[1:]
+		s := c.queue[i]
+		c.queue = slices.Delete(c.queue, i, i+1)
+		if s.spec {
+			s.fly = true
+			c.specFly++
+		}
 		c.st.loads++
 		c.mu.Unlock()
 		c.load(s)
 		c.mu.Lock()
+	}
+}
+
+// nextRead returns the index in the queue of the next read to start, or -1.
+// Called with mu held.
+func (c *Cache) nextRead() int {
+	for i, s := range c.queue {
+		if !s.spec || c.closed || c.specFly < c.opt.SpecReads {
+			return i
+		}
+	}
+	return -1
+}
+
+// claim makes s, if a speculative read, an ordinary one: a request needs
+// it. Called with mu held.
+func (c *Cache) claim(s *slot) {
+	if s.spec {
+		s.spec = false
+		c.work.Broadcast()
 	}
 }
 
@@ -363,7 +405,7 @@ func (c *Cache) drop(s *slot) {
 // arrive first. Called with mu held.
 func (c *Cache) startLoad(s *slot, k key, urgent bool) {
 	s.key, s.size = k, c.blobs.BufSize(k.layer())
-	s.state, s.refs, s.err = stLoading, 1, nil
+	s.state, s.refs, s.err, s.spec = stLoading, 1, nil, false
 	s.done = make(chan struct{})
 	c.loading[k] = s
 	if urgent {
@@ -392,6 +434,11 @@ func (c *Cache) load(s *slot) {
 	c.st.directReads += direct
 	c.lat.add(d)
 	delete(c.loading, s.key)
+	if s.fly {
+		s.fly = false
+		c.specFly--
+		c.work.Broadcast()
+	}
 	if err != nil {
 		s.state, s.err = stFailed, err
 		c.releaseLocked(s, 0) // frees it now if nobody holds it
@@ -458,6 +505,7 @@ func (c *Cache) Prefetch(l int, experts []int) {
 			s.refs++
 			s.tick = c.tick
 			c.count1(&ent, true)
+			c.claim(s)
 			ent.s = s
 		}
 		// A miss is read by pump below, once the speculation's pins
@@ -551,6 +599,7 @@ func (c *Cache) Speculate(l int, experts []int) {
 			ent.s = s
 		} else if s, err := c.grab(c.blobs.BufSize(l)); err == nil && s != nil {
 			c.startLoad(s, k, false)
+			s.spec = true
 			s.tick = c.tick
 			c.st.specReads++
 			ent.s, ent.read = s, true
@@ -602,6 +651,7 @@ func (c *Cache) pump() {
 		if s := c.loading[ent.k]; s != nil {
 			s.refs++
 			c.count1(ent, true)
+			c.claim(s)
 			ent.s = s
 			continue
 		}
@@ -733,6 +783,7 @@ func (c *Cache) acquire(k key) (s *slot, hit bool, err error) {
 		}
 		if s := c.loading[k]; s != nil {
 			s.refs++
+			c.claim(s)
 			return s, true, nil
 		}
 		s, err := c.grab(c.blobs.BufSize(k.layer()))

@@ -451,6 +451,53 @@ func TestSpeculateCancelsUnstartedReads(t *testing.T) {
 	}
 }
 
+// waitFor polls cond (evaluated with the cache's lock held) for up to 5 s.
+func waitFor(t *testing.T, c *Cache, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		ok := cond()
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// At most SpecReads speculative reads run at once, likeliest first; the
+// others wait in the queue while ordinary reads pass them. A batch that
+// names a waiting guess makes it an ordinary read, which starts at once.
+func TestSpecReadsBound(t *testing.T) {
+	f := newFake(t, 1, 8, 4096, 4096, 1)
+	f.block = make(chan struct{})
+	c := mustNew(t, f, Options{Budget: 8 * 4096, Readers: 4, SpecReads: 1})
+	c.Speculate(0, []int{0, 1, 2})
+	waitFor(t, c, "the first guess to start", func() bool { return c.specFly == 1 && len(c.queue) == 2 })
+	c.Prefetch(0, []int{1, 5})
+	// 0/1 (claimed) and 0/5 start though a guess is in flight; 0/2 is
+	// cancelled; 0/0 is still reading (blocked).
+	waitFor(t, c, "the batch's reads to start", func() bool { return len(c.queue) == 0 })
+	if st := c.Stats(); st.Loads != 3 || st.SpecCancelled != 1 {
+		t.Fatalf("%+v: want 3 reads started (0/0, 0/1, 0/5), 1 guess cancelled (0/2)", st)
+	}
+	close(f.block)
+	get(t, c, f, 0, 1)
+	get(t, c, f, 0, 5)
+	c.waitReads()
+	st := c.Stats()
+	if st.SpecUseful != 1 || st.SpecWastedBytes != 4096 || c.specFly != 0 {
+		t.Errorf("%+v: want 1 useful guess (0/1), 4096 bytes wasted (0/0), none in flight (%d)", st, c.specFly)
+	}
+	if got, want := resident(c, 1, 8), "0/0 0/1 0/5"; got != want {
+		t.Errorf("resident %q, want %q", got, want)
+	}
+}
+
 // Speculation pins give way: a request that finds every slot pinned by a
 // guess takes one, rather than waiting forever; a guess never evicts an
 // expert the current batch has pinned.

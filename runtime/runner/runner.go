@@ -45,6 +45,9 @@ type Options struct {
 	// then overlap the mixer (runtime.ForwardOptions.Speculate): 0 is
 	// DefaultSpeculate, < 0 turns it off. Results do not depend on it.
 	Speculate int
+	// SpecReads bounds the speculative reads in flight
+	// (expertcache.Options.SpecReads; 0: its default).
+	SpecReads int
 	// NoScan keeps the expert cache's scan policy off during prefill
 	// (see Session.Feed); it is for measuring the policy.
 	NoScan bool
@@ -138,7 +141,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	if budget <= 0 {
 		budget = expertcache.DefaultBudget(max(dense, 0)+m.ArenaBytes(), all)
 	}
-	copt := expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, Verify: opt.VerifyExpert}
+	copt := expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, SpecReads: opt.SpecReads, Verify: opt.VerifyExpert}
 	if al, ok := opt.Backend.(runtime.Allocator); ok {
 		copt.Alloc = func(n int64) ([]byte, error) {
 			if n > math.MaxInt {
