@@ -13,12 +13,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/qpack"
@@ -45,7 +47,19 @@ type DeepOptions struct {
 	// BlockSize is the size of one source read (0: 8 MiB for a directory,
 	// 16 MiB for the Hub).
 	BlockSize int
+	// Window bounds the container bytes the digest pass, which runs
+	// alongside the deep check, may read ahead of the comparisons and
+	// leave in the page cache for them, so that each container file is
+	// read from the disk once (0: DefaultWindow). Files larger than the
+	// window are read twice. A negative Window runs the digest pass
+	// first and the deep check after it, each reading the container.
+	Window int64
 }
+
+// DefaultWindow is the default DeepOptions.Window: enough for one layer
+// file of the largest models qpack knows (Qwen3-Next-80B-A3B at 8 bits:
+// 512 experts of about 3.4 MB).
+const DefaultWindow = 2 << 30
 
 // Container reads of a deep check: slices are compared in pieces of at
 // most comparePiece bytes by compareWorkers goroutines per shard.
@@ -134,19 +148,28 @@ type mismatch struct {
 	err   error // a read error on the container side
 }
 
-func (v *verifier) deep(ctx context.Context) error {
+// deepPlan is what a deep check streams.
+type deepPlan struct {
+	rep      *DeepReport
+	perShard [][]segment // per source shard, sorted by source offset
+}
+
+// deepPrepare sets the defaults, checks that the source is the one the
+// manifest records and maps every container byte to its source bytes. It
+// returns nil when there is nothing to stream.
+func (v *verifier) deepPrepare() (*deepPlan, error) {
+	dc := *v.o.Deep // the caller's options stay as given
+	v.o.Deep = &dc
 	d := v.o.Deep
 	src := d.Source
 	if src == nil {
-		return errors.New("deep check: no source")
+		return nil, errors.New("deep check: no source")
 	}
-	start := time.Now()
 	rep := &DeepReport{Source: src.Desc, Commit: src.Commit, Sample: d.Sample}
 	if d.Sample > 0 {
 		rep.Seed = d.Seed
 	}
 	v.rep.Deep = rep
-	defer func() { rep.Seconds = time.Since(start).Seconds() }()
 
 	if d.Shards <= 0 {
 		d.Shards = min(runtime.GOMAXPROCS(0), 4)
@@ -163,19 +186,69 @@ func (v *verifier) deep(ctx context.Context) error {
 			d.BlockSize = 16 << 20
 		}
 	}
+	if d.Window == 0 {
+		d.Window = DefaultWindow
+	}
 
 	checks, ok := v.matchRecordedSource(src)
 	rep.Shards = checks
 	if !ok {
 		v.note("deep check not run: the source is not the one the manifest records")
-		return nil
+		return nil, nil
 	}
 	perShard := v.buildMap(src, rep)
 	if d.Sample > 0 {
 		v.note("sample mode: %d random experts per layer compared (seed %d), dense tensors not compared, source shard hashes not checked", d.Sample, d.Seed)
-		return v.deepSample(ctx, src, perShard, rep)
 	}
-	return v.deepStream(ctx, src, perShard, checks, rep)
+	return &deepPlan{rep: rep, perShard: perShard}, nil
+}
+
+// deepRun runs a deep check on its own (after the digest pass).
+func (v *verifier) deepRun(ctx context.Context, dp *deepPlan) error {
+	start := time.Now()
+	defer func() { dp.rep.Seconds = time.Since(start).Seconds() }()
+	if v.o.Deep.Sample > 0 {
+		return v.deepSample(ctx, dp.perShard, dp.rep)
+	}
+	var done, compared atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("deep", v.o.Progress, done.Load, v.o.Deep.Source.size(), stop)
+	err := v.deepStream(ctx, dp, nil, &done, &compared)
+	close(stop)
+	<-finished
+	return err
+}
+
+// hashAndDeep runs the digest pass and the deep stream at once, sharing
+// the container reads (see share). Progress is reported as phase "deep",
+// counting the bytes hashed and the source bytes streamed.
+func (v *verifier) hashAndDeep(ctx context.Context, dp *deepPlan) error {
+	start := time.Now()
+	jobs, hashTotal := v.hashPrepare()
+	sh := newShare(v, jobs, dp.perShard, v.o.Deep.Window)
+	defer sh.watch(ctx)()
+	var hashed, streamed, compared atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("deep", v.o.Progress, func() int64 { return hashed.Load() + streamed.Load() }, hashTotal+v.o.Deep.Source.size(), stop)
+	hashDone := make(chan struct{})
+	go func() {
+		defer close(hashDone)
+		v.hashRun(ctx, sh, &hashed)
+	}()
+	err := v.deepStream(ctx, dp, sh, &streamed, &compared)
+	dp.rep.Seconds = time.Since(start).Seconds()
+	sh.finishDeep()
+	<-hashDone
+	sh.cleanup()
+	close(stop)
+	<-finished
+	v.rep.BytesHashed += hashed.Load()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v.judge()
+	v.judgeDense()
+	return err
 }
 
 // matchRecordedSource compares the source's shards with the ones the
@@ -508,6 +581,7 @@ func equalShape(a, b []int64) bool {
 // containerFiles opens container files on demand for the comparisons.
 type containerFiles struct {
 	v     *verifier
+	share *share // nil unless the digest pass runs alongside
 	mu    sync.Mutex
 	files map[string]*os.File
 	errs  map[string]error
@@ -545,8 +619,14 @@ func (c *containerFiles) close() {
 // compare checks src (source bytes for segment bytes [at, at+len(src)))
 // against the container, reading into scratch.
 func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratch []byte, ms *mismatches) {
-	f, err := cf.get(s.file)
 	record := func(first, count int64, err error) { ms.record(s, first, count, err) }
+	if cf.share != nil {
+		if m := cf.share.view(s.file); m != nil {
+			compareView(m, s, at, src, record)
+			return
+		}
+	}
+	f, err := cf.get(s.file)
 	if err != nil {
 		record(at, 0, err)
 		return
@@ -559,6 +639,7 @@ func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratc
 		if !v.o.KeepCache {
 			dropCache(f, off, int64(got))
 		}
+
 		if got < n {
 			if err == nil {
 				err = io.ErrUnexpectedEOF
@@ -566,20 +647,52 @@ func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratc
 			record(at, 0, fmt.Errorf("reading byte %d: %w", off+int64(got), err))
 			return
 		}
-		if !bytes.Equal(buf, src[:n]) {
-			first, count := int64(-1), int64(0)
-			for i := range buf {
-				if buf[i] != src[i] {
-					if first < 0 {
-						first = int64(i)
-					}
-					count++
-				}
-			}
+		if first, count := diff(buf, src[:n]); count > 0 {
 			record(at+first, count, nil)
 		}
 		src = src[n:]
 		at += int64(n)
+	}
+}
+
+// diff returns the offset of the first byte where a and b (of the same
+// length) differ and how many bytes do.
+func diff(a, b []byte) (first, count int64) {
+	if bytes.Equal(a, b) {
+		return -1, 0
+	}
+	first = -1
+	for i := range a {
+		if a[i] != b[i] {
+			if first < 0 {
+				first = int64(i)
+			}
+			count++
+		}
+	}
+	return first, count
+}
+
+// compareView compares src with bytes [at, at+len(src)) of segment s in a
+// mapping of its file. The calling goroutine must have
+// debug.SetPanicOnFault on: a fault (the file shrank meanwhile) is
+// recorded as a read error.
+func compareView(m []byte, s *segment, at int64, src []byte, record func(first, count int64, err error)) {
+	off := s.dstOff + at
+	if off < 0 || off > int64(len(m)) || int64(len(src)) > int64(len(m))-off {
+		record(at, 0, fmt.Errorf("reading byte %d: beyond the end of the file (%d bytes)", off, len(m)))
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interface{ Addr() uintptr }); !ok {
+				panic(r)
+			}
+			record(at, 0, fmt.Errorf("reading bytes [%d, %d): the file changed while being verified (%v)", off, off+int64(len(src)), r))
+		}
+	}()
+	if first, count := diff(m[off:off+int64(len(src))], src); count > 0 {
+		record(at+first, count, nil)
 	}
 }
 
@@ -620,47 +733,51 @@ func (v *verifier) reportMismatches(shard string, ms *mismatches, hashStatus str
 
 // deepStream reads every source shard once, in order and in large blocks,
 // hashing it and comparing every block's mapped bytes with the container as
-// it streams by. Shards are processed in parallel.
-func (v *verifier) deepStream(ctx context.Context, src *Source, perShard [][]segment, checks []ShardCheck, rep *DeepReport) error {
+// it streams by. Shards are processed in parallel, started in order. With
+// sh, container files are compared once the digest pass has read them.
+func (v *verifier) deepStream(ctx context.Context, dp *deepPlan, sh *share, done, compared *atomic.Int64) error {
 	d := v.o.Deep
-	var total int64
-	for _, sh := range src.Shards {
-		total += sh.Size
-	}
-	var done, compared atomic.Int64
-	stop := make(chan struct{})
-	finished := progressLoop("deep", v.o.Progress, &done, total, stop)
-	cf := &containerFiles{v: v, files: map[string]*os.File{}, errs: map[string]error{}}
+	src := d.Source
+	rep := dp.rep
+	cf := &containerFiles{v: v, files: map[string]*os.File{}, errs: map[string]error{}, share: sh}
 	defer cf.close()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	sem := make(chan struct{}, d.Shards)
 	var wg sync.WaitGroup
+start:
 	for i := range src.Shards {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break start
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
 			defer func() { <-sem }()
-			if err := v.streamShard(ctx, src.Shards[i], perShard[i], &checks[i], cf, &done, &compared); err != nil {
+			if err := v.streamShard(ctx, src.Shards[i], dp.perShard[i], &rep.Shards[i], cf, done, compared); err != nil {
 				cancel(err)
 			}
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	<-finished
 	rep.SourceBytesRead = done.Load()
 	rep.BytesCompared = compared.Load()
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("deep check: %w", err)
 	}
 	return nil
+}
+
+// size is the total size of the source's shards.
+func (s *Source) size() int64 {
+	var n int64
+	for _, sh := range s.Shards {
+		n += sh.Size
+	}
+	return n
 }
 
 type sblock struct {
@@ -671,6 +788,30 @@ type sblock struct {
 	refs atomic.Int32
 }
 
+// alignedBuffer returns n bytes at an address aligned for direct I/O.
+func alignedBuffer(n int) []byte {
+	b := make([]byte, n+directAlign)
+	skip := int(uintptr(directAlign) - uintptr(unsafe.Pointer(&b[0]))%directAlign)
+	return b[skip%directAlign:][: n : n+directAlign-skip%directAlign]
+}
+
+// compareTask is one piece of a segment to compare.
+type compareTask struct {
+	s   *segment
+	at  int64 // offset within the segment
+	b   *sblock
+	src []byte
+}
+
+// streamShard streams one shard: reader goroutines read blocks ahead (slot
+// i reads blocks i, i+k, ...; several at once for the Hub), every block
+// goes in order to the hasher (sha256, and the git blob id where the Hub
+// gives that) and to the dispatcher, which cuts the segments mapped into
+// the block into pieces of at most comparePiece bytes for a pool of
+// compareWorkers goroutines that read the container and compare. A block
+// returns to its reader when the hasher and every piece are done with it;
+// the buffers bound what is in flight, so the container reads of several
+// blocks overlap.
 func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segment, check *ShardCheck, cf *containerFiles, done, compared *atomic.Int64) error {
 	d := v.o.Deep
 	bs := int64(d.BlockSize)
@@ -682,8 +823,44 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	// Bytes left to compare per container file, so that a shared file is
+	// released as soon as this shard is done with it.
+	var leftMu sync.Mutex
+	left := map[string]int64{}
+	for i := range segs {
+		left[segs[i].file] += segs[i].n
+	}
+	finishBytes := func(file string, n int64) {
+		leftMu.Lock()
+		left[file] -= n
+		last := left[file] == 0
+		if last {
+			delete(left, file)
+		}
+		leftMu.Unlock()
+		if last && cf.share != nil {
+			cf.share.release(file)
+		}
+	}
+	defer func() { // what a failure left
+		if cf.share != nil {
+			for file := range left {
+				cf.share.release(file)
+			}
+		}
+	}()
+
 	// Readers: slot i reads blocks i, i+k, i+2k, ... into its own buffers.
-	const perSlot = 2
+	perSlot := 2
+	var dr *directReader
+	if sh.file != nil {
+		perSlot = 4
+		if !v.o.KeepCache && bs%directAlign == 0 {
+			if dr = openDirect(sh, true); dr != nil {
+				defer dr.close() // after the readers: every return waits for them
+			}
+		}
+	}
 	slotFree := make([]chan []byte, k)
 	out := make([]chan *sblock, k)
 	var rwg sync.WaitGroup
@@ -691,7 +868,7 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 		slotFree[i] = make(chan []byte, perSlot)
 		out[i] = make(chan *sblock, perSlot)
 		for j := 0; j < perSlot; j++ {
-			slotFree[i] <- make([]byte, bs)
+			slotFree[i] <- alignedBuffer(int(bs))
 		}
 		rwg.Add(1)
 		go func() {
@@ -705,9 +882,15 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 				}
 				off := int64(b) * bs
 				n := min(bs, sh.Size-off)
-				got, err := sh.readAt(ctx, buf[:n], off)
-				if sh.file != nil && !v.o.KeepCache {
-					dropCache(sh.file, off, int64(got))
+				var got int
+				var err error
+				if dr != nil {
+					got, err = dr.readAt(buf[:n], off)
+				} else {
+					got, err = sh.readAt(ctx, buf[:n], off)
+					if sh.file != nil && !v.o.KeepCache {
+						dropCache(sh.file, off, int64(got))
+					}
 				}
 				if int64(got) == n {
 					err = nil
@@ -732,7 +915,8 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 		}
 	}
 
-	// Two consumers see every block in order: the hasher and the comparer.
+	// Two consumers see every block in order: the hasher and the
+	// dispatcher.
 	hashCh := make(chan *sblock, k*perSlot)
 	cmpCh := make(chan *sblock, k*perSlot)
 	var hashers []hash.Hash
@@ -758,24 +942,21 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 			release(b)
 		}
 	}()
-	// The comparer hands every slice of a block (cut to at most
-	// comparePiece bytes) to a pool, so many container reads are in
-	// flight at once, and releases the block when all are done.
 	ms := newMismatches()
-	type task struct {
-		s   *segment
-		at  int64
-		src []byte
-	}
-	tasks := make(chan task, 2*compareWorkers)
-	var twg sync.WaitGroup
+	tasks := make(chan compareTask, 4*compareWorkers)
+	var wwg sync.WaitGroup
 	for i := 0; i < compareWorkers; i++ {
+		wwg.Add(1)
 		go func() {
+			defer wwg.Done()
+			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 			scratch := make([]byte, comparePiece)
 			for t := range tasks {
 				v.compare(cf, t.s, t.at, t.src, scratch, ms)
-				compared.Add(int64(len(t.src)))
-				twg.Done()
+				n := int64(len(t.src))
+				compared.Add(n)
+				release(t.b)
+				finishBytes(t.s.file, n)
 			}
 		}()
 	}
@@ -783,21 +964,30 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 		defer cwg.Done()
 		defer close(tasks)
 		next := 0
+		awaited := ""
+		failed := false
 		for b := range cmpCh {
 			bo, be := b.off, b.off+int64(b.n)
 			for next < len(segs) && segs[next].end() <= bo {
 				next++
 			}
-			for i := next; i < len(segs) && segs[i].srcOff < be; i++ {
+			for i := next; !failed && i < len(segs) && segs[i].srcOff < be; i++ {
 				s := &segs[i]
+				if cf.share != nil && s.file != awaited {
+					if err := cf.share.await(ctx, s.file); err != nil {
+						cancel(err)
+						failed = true
+						break
+					}
+					awaited = s.file
+				}
 				a, e := max(bo, s.srcOff), min(be, s.end())
 				for ; a < e; a += comparePiece {
 					n := min(comparePiece, e-a)
-					twg.Add(1)
-					tasks <- task{s, a - s.srcOff, b.buf[a-bo : a-bo+n]}
+					b.refs.Add(1)
+					tasks <- compareTask{s, a - s.srcOff, b, b.buf[a-bo : a-bo+n]}
 				}
 			}
-			twg.Wait()
 			release(b)
 		}
 	}()
@@ -818,6 +1008,10 @@ dispatch:
 	close(hashCh)
 	close(cmpCh)
 	cwg.Wait()
+	wwg.Wait()
+	if err == nil {
+		err = context.Cause(ctx) // a failed wait for the digest pass
+	}
 	cancel(nil)
 	rwg.Wait()
 	if err != nil {
@@ -849,7 +1043,8 @@ dispatch:
 
 // deepSample compares the sampled segments by reading only their bytes
 // from the source, several at a time.
-func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]segment, rep *DeepReport) error {
+func (v *verifier) deepSample(ctx context.Context, perShard [][]segment, rep *DeepReport) error {
+	src := v.o.Deep.Source
 	type item struct {
 		shard int
 		seg   *segment
@@ -864,7 +1059,7 @@ func (v *verifier) deepSample(ctx context.Context, src *Source, perShard [][]seg
 	}
 	var done atomic.Int64
 	stop := make(chan struct{})
-	finished := progressLoop("deep", v.o.Progress, &done, total, stop)
+	finished := progressLoop("deep", v.o.Progress, done.Load, total, stop)
 	cf := &containerFiles{v: v, files: map[string]*os.File{}, errs: map[string]error{}}
 	defer cf.close()
 

@@ -101,6 +101,24 @@ func (v *verifier) plan() []*job {
 // hashAll reads every usable file once, on all workers, and compares what
 // it computed with the manifest.
 func (v *verifier) hashAll(ctx context.Context) error {
+	jobs, total := v.hashPrepare()
+	var done atomic.Int64
+	stop := make(chan struct{})
+	finished := progressLoop("hash", v.o.Progress, done.Load, total, stop)
+	v.hashRun(ctx, &jobList{jobs: jobs}, &done)
+	close(stop)
+	<-finished
+	v.rep.BytesHashed += done.Load()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v.judge()
+	return nil
+}
+
+// hashPrepare plans the jobs and makes room for their results; it returns
+// the bytes they read.
+func (v *verifier) hashPrepare() ([]*job, int64) {
 	jobs := v.plan()
 	v.hashed = map[string]*fileHash{}
 	var total int64
@@ -114,49 +132,71 @@ func (v *verifier) hashAll(ctx context.Context) error {
 			v.hashed[j.file] = fh
 		}
 	}
+	return jobs, total
+}
+
+// jobQueue hands hash jobs to the workers.
+type jobQueue interface {
+	// next returns the next job to run, nil when there is none left (or
+	// ctx is done). It may block.
+	next(ctx context.Context) *job
+	// done is called when a job has finished.
+	done(j *job)
+	// keep reports whether the pages of a file are to stay in the page
+	// cache after being hashed (someone reads them again soon).
+	keep(file string) bool
+}
+
+// jobList hands out jobs in order.
+type jobList struct {
+	mu   sync.Mutex
+	jobs []*job
+}
+
+func (q *jobList) next(ctx context.Context) *job {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.jobs) == 0 || ctx.Err() != nil {
+		return nil
+	}
+	j := q.jobs[0]
+	q.jobs = q.jobs[1:]
+	return j
+}
+
+func (q *jobList) done(*job)        {}
+func (q *jobList) keep(string) bool { return false }
+
+// hashRun runs the jobs of q on v.o.Workers workers and returns when they
+// are all done.
+func (v *verifier) hashRun(ctx context.Context, q jobQueue, done *atomic.Int64) {
 	var gapList []span
 	if v.layout != nil {
 		gapList = gaps(v.layout)
 	}
-
-	var done atomic.Int64
-	stop := make(chan struct{})
-	finished := progressLoop("hash", v.o.Progress, &done, total, stop)
-
-	ch := make(chan *job)
 	var wg sync.WaitGroup
-	workers := min(v.o.Workers, max(1, len(jobs)))
-	for w := 0; w < workers; w++ {
+	for w := 0; w < v.o.Workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bufs := make([][]byte, buffersPerWorker)
-			for i := range bufs {
-				bufs[i] = make([]byte, v.o.BlockSize)
-			}
-			for j := range ch {
-				v.runJob(ctx, j, bufs, gapList, &done)
+			var bufs [][]byte
+			for {
+				j := q.next(ctx)
+				if j == nil {
+					return
+				}
+				if bufs == nil {
+					bufs = make([][]byte, buffersPerWorker)
+					for i := range bufs {
+						bufs[i] = make([]byte, v.o.BlockSize)
+					}
+				}
+				v.runJob(ctx, j, bufs, gapList, q.keep(j.file), done)
+				q.done(j)
 			}
 		}()
 	}
-feed:
-	for _, j := range jobs {
-		select {
-		case ch <- j:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(ch)
 	wg.Wait()
-	close(stop)
-	<-finished
-	v.rep.BytesHashed += done.Load()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	v.judge()
-	return nil
 }
 
 type block struct {
@@ -175,7 +215,10 @@ const buffersPerWorker = 4
 // gets both its whole-file digest and its expert digests, a second
 // goroutine computes the whole-file digest from the same buffers, so even
 // a single file keeps two cores busy.
-func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []span, done *atomic.Int64) {
+//
+// With keep the pages read stay in the page cache (the deep check reads
+// them next); otherwise each block is dropped once read.
+func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []span, keep bool, done *atomic.Int64) {
 	fh := v.hashed[j.file]
 	fail := func(pr Problem) {
 		fh.mu.Lock()
@@ -189,8 +232,12 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 		return
 	}
 	defer f.Close()
-	if !v.o.KeepCache {
+	drop := !v.o.KeepCache && !keep
+	switch {
+	case drop:
 		adviseSequential(f)
+	case keep:
+		adviseReadAhead(f)
 	}
 
 	free := make(chan []byte, len(bufs))
@@ -212,7 +259,7 @@ func (v *verifier) runJob(ctx context.Context, j *job, bufs [][]byte, gapList []
 			}
 			n := min(bs, j.end-off)
 			got, err := f.ReadAt(buf[:n], off)
-			if !v.o.KeepCache {
+			if drop {
 				dropCache(f, off, int64(got))
 			}
 			if err == io.EOF && int64(got) == n {
@@ -397,7 +444,14 @@ func (v *verifier) judge() {
 		}
 		v.rep.Files = append(v.rep.Files, *res)
 	}
-	// A padding problem makes the file bad even when its digests match.
+}
+
+// markBad marks the files that a problem names as bad: a padding problem
+// makes a file bad even when its digests match, and so does a difference
+// from the source.
+func (v *verifier) markBad() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	bad := map[string]bool{}
 	for _, pr := range v.ps.list {
 		if pr.Scope == ScopeContainer && pr.Kind != KindStructure && pr.File != "" {

@@ -22,4 +22,11 @@ func adviseSequential(f *os.File) {
 
 func adviseRandom(f *os.File) { adviseSequential(f) }
 
+func adviseReadAhead(*os.File) {}
+
+// canShare: pages cannot be dropped by range here, so the container files
+// a shared pass left in the cache would all stay there; the digest pass
+// and the deep check run in turn (unless Options.KeepCache).
+const canShare = false
+
 func dropCache(*os.File, int64, int64) {}

@@ -20,6 +20,14 @@ func adviseSequential(f *os.File) {
 	withFd(f, func(fd int) { _ = unix.Fadvise(fd, 0, 0, unix.FADV_SEQUENTIAL) })
 }
 
+// adviseReadAhead asks for a larger read-ahead on a file whose pages are
+// kept.
+func adviseReadAhead(f *os.File) { adviseSequential(f) }
+
+// canShare: the pages a shared file leaves in the cache can be dropped
+// once compared (see share).
+const canShare = true
+
 func adviseRandom(f *os.File) {
 	withFd(f, func(fd int) { _ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM) })
 }

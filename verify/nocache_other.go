@@ -11,3 +11,8 @@ func adviseSequential(*os.File) {}
 func adviseRandom(*os.File) {}
 
 func dropCache(*os.File, int64, int64) {}
+
+func adviseReadAhead(*os.File) {}
+
+// canShare: reads go through the cache anyway.
+const canShare = true

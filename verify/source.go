@@ -41,6 +41,7 @@ type SourceShard struct {
 
 	r    io.ReaderAt
 	file *os.File // local shards
+	path string   // local shards
 }
 
 // ReadAtContext reads from the shard, honouring ctx for remote shards.
@@ -99,7 +100,7 @@ func OpenDirSource(dir string) (*Source, error) {
 			s.Close()
 			return nil, fmt.Errorf("%s: changed while being opened", sh.Path)
 		}
-		ss := &SourceShard{Name: sh.Name, Size: st.Size(), Header: sh.Header, r: f, file: f}
+		ss := &SourceShard{Name: sh.Name, Size: st.Size(), Header: sh.Header, r: f, file: f, path: sh.Path}
 		if target, err := os.Readlink(sh.Path); err == nil {
 			if base := path.Base(filepath.ToSlash(target)); isLowerHex(base, 64) {
 				ss.Expect = hfhub.Digest{Kind: hfhub.HashSHA256, Hex: base}

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/qpack-go/qpack/qpack"
@@ -146,14 +145,23 @@ func (v *verifier) run(ctx context.Context) error {
 	if err := v.inventory(); err != nil {
 		return err
 	}
+	var dp *deepPlan
+	if v.o.Deep != nil {
+		var err error
+		if dp, err = v.deepPrepare(); err != nil {
+			return err
+		}
+	}
+	defer v.markBad()
+	if dp != nil && v.o.Deep.Sample == 0 && v.o.Deep.Window >= 0 && (canShare || v.o.KeepCache) {
+		return v.hashAndDeep(ctx, dp)
+	}
 	if err := v.hashAll(ctx); err != nil {
 		return err
 	}
 	v.judgeDense()
-	if v.o.Deep != nil {
-		if err := v.deep(ctx); err != nil {
-			return err
-		}
+	if dp != nil {
+		return v.deepRun(ctx, dp)
 	}
 	return nil
 }
@@ -528,7 +536,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // progressLoop calls fn with the counter every tick until stop is closed,
 // then once more.
-func progressLoop(phase string, fn func(Progress), done *atomic.Int64, total int64, stop <-chan struct{}) <-chan struct{} {
+func progressLoop(phase string, fn func(Progress), done func() int64, total int64, stop <-chan struct{}) <-chan struct{} {
 	finished := make(chan struct{})
 	if fn == nil {
 		close(finished)
@@ -541,9 +549,9 @@ func progressLoop(phase string, fn func(Progress), done *atomic.Int64, total int
 		for {
 			select {
 			case <-t.C:
-				fn(Progress{Phase: phase, Done: done.Load(), Total: total})
+				fn(Progress{Phase: phase, Done: done(), Total: total})
 			case <-stop:
-				fn(Progress{Phase: phase, Done: done.Load(), Total: total})
+				fn(Progress{Phase: phase, Done: done(), Total: total})
 				return
 			}
 		}

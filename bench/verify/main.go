@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,9 @@ var (
 	asJSON  = flag.Bool("json", false, "print JSON")
 	hubBW   = flag.Int64("hub-bw", 24<<20, "fake Hub bandwidth per connection, bytes/s (0: unlimited)")
 	skipHub = flag.Bool("no-hub", false, "skip the Hub deep figure")
+	workDir = flag.String("work", "", "generate into this directory, or reuse what an earlier run generated there (kept)")
+	only    = flag.String("only", "", `"deep": only the local deep figures`)
+	cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the deep runs (local source) to this file")
 )
 
 func main() {
@@ -81,20 +85,34 @@ func main() {
 }
 
 func run() error {
-	work, err := os.MkdirTemp(*dirFlag, "qpack-bench-verify-")
-	if err != nil {
-		return err
-	}
-	if !*keep {
-		defer os.RemoveAll(work)
+	work := *workDir
+	reuse := false
+	if work == "" {
+		var err error
+		if work, err = os.MkdirTemp(*dirFlag, "qpack-bench-verify-"); err != nil {
+			return err
+		}
+		if !*keep {
+			defer os.RemoveAll(work)
+		}
+	} else {
+		_, err := os.Stat(filepath.Join(work, "done"))
+		reuse = err == nil
 	}
 	src, dst := filepath.Join(work, "ckpt"), filepath.Join(work, "bench.qpack")
 	t0 := time.Now()
-	if err := generate(src); err != nil {
-		return err
-	}
-	if _, err := repack.Run(context.Background(), repack.Options{FromDir: src, Output: dst, Reserve: -1, ToolVersion: "bench"}); err != nil {
-		return err
+	if !reuse {
+		os.RemoveAll(src)
+		os.RemoveAll(dst)
+		if err := generate(src); err != nil {
+			return err
+		}
+		if _, err := repack.Run(context.Background(), repack.Options{FromDir: src, Output: dst, Reserve: -1, ToolVersion: "bench"}); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(work, "done"), nil, 0o644); err != nil {
+			return err
+		}
 	}
 	c, err := qpack.Open(dst)
 	if err != nil {
@@ -122,6 +140,9 @@ func run() error {
 		logf("b3sum is not installed (Debian: apt-get install b3sum): digest figures have no baseline")
 	}
 	for _, warm := range []bool{false, true} {
+		if *only == "deep" {
+			break
+		}
 		label := map[bool]string{false: "cold", true: "warm"}[warm]
 		prepare := func() {
 			if warm {
@@ -156,29 +177,52 @@ func run() error {
 		}
 	}
 
-	// Deep, local source, cold.
-	plain := best(func() figure {
-		drop(append(files, shards...))
-		return timePlainRead(shards, srcBytes)
-	})
+	// Deep, local source, cold; the rounds of the four lines alternate.
+	if *cpuProf != "" {
+		pf, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(pf)
+	}
+	openDir := func() (*verify.Source, error) { return verify.OpenDirSource(src) }
+	all := append(append([]string(nil), files...), shards...)
+	var plain, both, merged, separate, phase figure
+	keepMin := func(to *figure, f figure, first bool) {
+		if first || f.Seconds < to.Seconds {
+			*to = f
+		}
+	}
+	for i := 0; i < *rounds; i++ {
+		drop(all)
+		keepMin(&plain, timePlainRead(shards, srcBytes), i == 0)
+		drop(all)
+		keepMin(&both, timePlainRead(all, srcBytes+total), i == 0)
+		drop(all)
+		w, _ := timeDeep(dst, openDir, 0, srcBytes, total)
+		keepMin(&merged, w, i == 0)
+		drop(all)
+		w, p := timeDeep(dst, openDir, -1, srcBytes, total)
+		keepMin(&separate, w, i == 0)
+		keepMin(&phase, p, i == 0)
+	}
+	if *cpuProf != "" {
+		pprof.StopCPUProfile()
+	}
 	plain.Name = "plain read of the source (cold)"
-	deep := best(func() figure {
-		drop(append(files, shards...))
-		return timeDeep(dst, func() (*verify.Source, error) { return verify.OpenDirSource(src) }, srcBytes)
-	})
-	deep.Name = "verify-install --deep, deep phase (local source, cold)"
-	deep.Ratio, deep.Baseline = plain.Seconds/deep.Seconds, plain.Name
-	both := best(func() figure {
-		drop(append(files, shards...))
-		return timePlainRead(append(append([]string(nil), shards...), files...), srcBytes+total)
-	})
 	both.Name = "plain read of the source and the container (cold)"
-	deepBoth := *deep
-	deepBoth.Name = "verify-install --deep, deep phase, vs reading both"
-	deepBoth.Ratio, deepBoth.Baseline = both.Seconds/deep.Seconds, both.Name
-	out = append(out, *plain, *deep, *both, deepBoth)
+	merged.Name = "verify-install --deep, whole run (local source, cold)"
+	merged.Ratio, merged.Baseline = plain.Seconds/merged.Seconds, plain.Name
+	mergedBoth := merged
+	mergedBoth.Name = "  the same, vs reading both"
+	mergedBoth.Ratio, mergedBoth.Baseline = both.Seconds/merged.Seconds, both.Name
+	separate.Name = "verify-install --deep, passes in turn (Window -1), whole run"
+	separate.Ratio, separate.Baseline = both.Seconds/separate.Seconds, both.Name
+	phase.Name = "  its deep phase alone"
+	phase.Ratio, phase.Baseline = plain.Seconds/phase.Seconds, plain.Name
+	out = append(out, plain, both, merged, mergedBoth, separate, phase)
 
-	if !*skipHub {
+	if !*skipHub && *only != "deep" {
 		hf, err := hubFigures(src, dst, shards, srcBytes, files)
 		if err != nil {
 			return err
@@ -252,19 +296,27 @@ func timeVerify(dir string, o verify.Options, total int64) figure {
 	return mk(total, d, cpu)
 }
 
-func timeDeep(dir string, open func() (*verify.Source, error), srcBytes int64) figure {
+// timeDeep runs Verify with a deep check and returns the whole run (the
+// bytes of the source and the container) and its deep phase (the bytes of
+// the source).
+func timeDeep(dir string, open func() (*verify.Source, error), window, srcBytes, total int64) (whole, phase figure) {
 	s, err := open()
 	if err != nil {
 		logf("deep: %v", err)
-		return figure{Seconds: 1e9}
+		return figure{Seconds: 1e9}, figure{Seconds: 1e9}
 	}
 	defer s.Close()
-	r, err := verify.Verify(context.Background(), dir, verify.Options{Deep: &verify.DeepOptions{Source: s}})
+	runtime.GC()
+	c0, start := selfCPU(), time.Now()
+	r, err := verify.Verify(context.Background(), dir, verify.Options{Deep: &verify.DeepOptions{Source: s, Window: window}})
+	d, cpu := time.Since(start), selfCPU()-c0
 	if err != nil || r.Status != verify.StatusOK || r.Deep == nil {
 		logf("deep: %v %s", err, r.Status)
-		return figure{Seconds: 1e9}
+		return figure{Seconds: 1e9}, figure{Seconds: 1e9}
 	}
-	return mk(srcBytes, time.Duration(r.Deep.Seconds*float64(time.Second)), 0)
+	whole = mk(srcBytes+total, d, cpu)
+	whole.PerCoreGB = 0
+	return whole, mk(srcBytes, time.Duration(r.Deep.Seconds*float64(time.Second)), 0)
 }
 
 // timePlainRead reads the files sequentially in 8 MiB blocks, as many at
@@ -519,7 +571,8 @@ func hubFigures(src, dst string, shards []string, srcBytes int64, files []string
 	plain.Name = fmt.Sprintf("plain read of the source from the fake Hub (%d MiB/s per conn)", *hubBW>>20)
 	deep := best(func() figure {
 		drop(append(files, shards...))
-		return timeDeep(dst, open, srcBytes)
+		_, p := timeDeep(dst, open, 0, srcBytes, 0)
+		return p
 	})
 	deep.Name = "verify-install --deep, deep phase (fake Hub source)"
 	deep.Ratio, deep.Baseline = plain.Seconds/deep.Seconds, plain.Name
