@@ -1,17 +1,24 @@
 //go:build ignore
 
 // asm_gen_neon writes kernels_arm64.s and kernels_arm64_gen.go: the arm64
-// NEON (ASIMD) row kernels for 4- and 8-bit quantized rows, one function per
-// (bits, group size, scale type), each in a one-vector and a four-vector
-// form, plus dense F32/F16/BF16 dot products. Run with `go generate` in this
+// NEON (ASIMD) row kernels, one function per (bits, group size, scale type):
+// for 4 and 8 bits in a one-vector and a four-vector form, for 2, 3, 5 and 6
+// bits in a one-vector form; plus dense F32/F16/BF16 dot products (one and
+// four vectors). Run with `go generate` in this
 // package (the directive is in kernels_arm64.go).
 //
 // Go's arm64 assembler lacks the floating-point vector instructions used here
 // (UCVTF, FADD, FMUL, FADDP, FCVTL on vectors); they are emitted as WORD
 // directives by the enc* functions below, with the mnemonic as a comment. The
 // encodings follow the Arm ARM (A64 "Advanced SIMD" encoding tables); they
-// were checked against GNU as (binutils-aarch64-linux-gnu) and by
-// disassembling the test binary, and the kernels are tested under qemu.
+// were checked against GNU binutils (every distinct WORD, disassembled by
+// aarch64-linux-gnu-objdump, gives the mnemonic in its comment):
+//
+//	grep -oE 'WORD \$0x[0-9a-f]+ // .*' kernels_arm64.s | sort -u |
+//	  awk '{print ".inst " substr($2, 2) "  // " $0}' > /tmp/w.s
+//	aarch64-linux-gnu-as /tmp/w.s -o /tmp/w.o && aarch64-linux-gnu-objdump -d /tmp/w.o
+//
+// and the kernels are tested under qemu-aarch64 (see .ci/run).
 //
 // NOTE: these kernels have been tested for correctness (under qemu-aarch64)
 // but their speed has not been measured on arm64 hardware.
@@ -77,6 +84,13 @@ func encFCVTL(d, n int, high bool) string {
 		return word(0x4e217800|rdn(d, n), fmt.Sprintf("FCVTL2 V%d.4S, V%d.8H", d, n))
 	}
 	return word(0x0e217800|rdn(d, n), fmt.Sprintf("FCVTL V%d.4S, V%d.4H", d, n))
+}
+
+// USHL Vd.8H, Vn.8H, Vm.8H (shift by register; a negative amount in the low
+// byte of each lane of Vm shifts right): "three same", U=1, size=01,
+// opcode 01000.
+func encUSHL8H(d, n, m int) string {
+	return word(0x6e604400|uint32(m)<<16|rdn(d, n), fmt.Sprintf("USHL V%d.8H, V%d.8H, V%d.8H", d, n, m))
 }
 
 func v(i int) string { return fmt.Sprintf("V%d", i) }
@@ -255,6 +269,98 @@ func multi(w *writer, bits, group int, st stype) string {
 	return name
 }
 
+// anyConsts returns the constants of the 2-, 3-, 5- and 6-bit kernel (96
+// bytes, as 12 little-endian uint64): four TBL index registers, register k
+// giving halfword lane i the two bytes from byte (8k+i)*bits/8 of the
+// chunk's 4*bits bytes (index 0xff, out of range, gives zero), then the
+// per-lane right shifts (as negative USHL amounts) ((8k+i)*bits)%8, then the
+// per-lane mask 2^bits-1.
+func anyConsts(bits int) []uint64 {
+	var b [96]byte
+	for k := 0; k < 4; k++ {
+		for i := 0; i < 8; i++ {
+			start := (8*k + i) * bits / 8
+			b[16*k+2*i] = byte(start)
+			b[16*k+2*i+1] = byte(start + 1)
+		}
+	}
+	for i := 0; i < 8; i++ {
+		sh := int16(-((i * bits) % 8))
+		b[64+2*i] = byte(uint16(sh))
+		b[64+2*i+1] = byte(uint16(sh) >> 8)
+		m := uint16(1)<<bits - 1
+		b[80+2*i] = byte(m)
+		b[80+2*i+1] = byte(m >> 8)
+	}
+	out := make([]uint64, 12)
+	for i := range out {
+		for j := 7; j >= 0; j-- {
+			out[i] = out[i]<<8 | uint64(b[8*i+j])
+		}
+	}
+	return out
+}
+
+// Single-vector kernel for 2, 3, 5 and 6 bits, same signature and
+// registers as single, plus V4 mask and V31 shifts (V27-V30 hold this
+// width's TBL indices). Per 32 elements (exactly 4*bits bytes, read without
+// reading past them): one TBL per 8 elements gathers each element's two
+// bytes into a 16-bit lane, USHL and AND extract it, UXTL/UXTL2 widen.
+func anyBits(w *writer, bits, group int, st stype) string {
+	name := fmt.Sprintf("q%dg%d%s", bits, group, st.name)
+	w.f("\n// func %s(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32\n", name)
+	w.f("TEXT ·%s(SB), NOSPLIT, $0-52\n", name)
+	w.ins("MOVD w+0(FP), R0", "MOVD x+8(FP), R1", "MOVD s+16(FP), R2", "MOVD b+24(FP), R3",
+		"MOVD xs+32(FP), R4", "MOVD ngroups+40(FP), R5")
+	w.ins(fmt.Sprintf("MOVD $neonAny%d<>(SB), R7", bits), "VLD1.P 64(R7), [V27.B16, V28.B16, V29.B16, V30.B16]",
+		"VLD1.P 16(R7), [V31.B16]", "VLD1 (R7), [V4.B16]")
+	w.ins("VEOR V24.B16, V24.B16, V24.B16", "VEOR V25.B16, V25.B16, V25.B16")
+	w.ins("grp:")
+	table := "[V6.B16]"
+	if bits > 4 {
+		table = "[V6.B16, V7.B16]"
+	}
+	for c := 0; c < group/32; c++ {
+		switch bits {
+		case 2:
+			w.ins("VLD1.P 8(R0), [V6.B8]")
+		case 3:
+			w.ins("VLD1.P 8(R0), [V6.B8]", "VLD1.P 4(R0), V6.S[2]")
+		case 5:
+			w.ins("VLD1.P 16(R0), [V6.B16]", "VLD1.P 4(R0), V7.S[0]")
+		case 6:
+			w.ins("VLD1.P 16(R0), [V6.B16]", "VLD1.P 8(R0), [V7.B8]")
+		}
+		for k := 0; k < 4; k++ {
+			w.ins(fmt.Sprintf("VTBL V%d.B16, %s, V%d.B16", regIdx+k, table, 16+2*k))
+		}
+		for k := 0; k < 4; k++ {
+			w.ins(encUSHL8H(16+2*k, 16+2*k, 31))
+		}
+		for k := 0; k < 4; k++ {
+			w.ins(fmt.Sprintf("VAND V4.B16, V%d.B16, V%d.B16", 16+2*k, 16+2*k))
+		}
+		for k := 0; k < 4; k++ {
+			w.ins(fmt.Sprintf("VUXTL2 V%d.H8, V%d.S4", 16+2*k, 17+2*k), fmt.Sprintf("VUXTL V%d.H4, V%d.S4", 16+2*k, 16+2*k))
+		}
+		for k := 0; k < 8; k++ {
+			w.ins(encUCVTF(16+k, 16+k))
+		}
+		w.ins("VLD1.P 64(R1), [V8.S4, V9.S4, V10.S4, V11.S4]", "VLD1.P 64(R1), [V12.S4, V13.S4, V14.S4, V15.S4]")
+		for k := 0; k < 8; k++ {
+			w.ins(fma(k%4, 16+k, 8+k, c == 0 && k < 4))
+		}
+	}
+	w.ins(encFADD(0, 0, 1), encFADD(2, 2, 3), encFADD(0, 0, 2))
+	w.ins(bcast(st, "R2", 26, "R7")...)
+	w.ins("VFMLA V26.S4, V0.S4, V24.S4")
+	w.ins(scalar(st, "R3", 17, "R7")...)
+	w.ins("FMOVS.P 4(R4), F16", "FMADDS F16, F25, F17, F25")
+	w.ins("SUBS $1, R5, R5", "BNE grp")
+	w.ins(encFADDP(24, 24, 24), encFADDPs(24, 24), "FADDS F25, F24, F24", "FMOVS F24, ret+48(FP)", "RET")
+	return name
+}
+
 // decode16 loads the next 16 dense elements of type st at *R0 (advancing
 // R0) as float32 into dec[0..3]; raw are two scratch registers, zero a
 // register holding zero (for BF16).
@@ -364,6 +470,20 @@ func main() {
 			}
 		}
 	}
+	var anyb [4][3][3]string
+	for bi, bits := range []int{2, 3, 5, 6} {
+		w.f("\n// neonAny%d: TBL indices, shifts and mask of the %d-bit kernels.\n", bits, bits)
+		for i, c := range anyConsts(bits) {
+			w.f("DATA neonAny%d<>+%d(SB)/8, $0x%016x\n", bits, 8*i, c)
+		}
+		w.f("GLOBL neonAny%d<>(SB), RODATA|NOPTR, $96\n", bits)
+		for gi, group := range groups {
+			for ti, st := range stypes {
+				anyb[bi][gi][ti] = anyBits(&w, bits, group, st)
+				g.f("\n//go:noescape\nfunc %s(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32\n", anyb[bi][gi][ti])
+			}
+		}
+	}
 	var dense1, dense4 [3]string
 	for ti, st := range stypes {
 		dense1[ti] = denseSingle(&w, st)
@@ -383,6 +503,15 @@ func main() {
 		g.f("}\n")
 	}
 	table("qSingle", "func(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32", single1)
+	g.f("\n// qAnySingle is indexed [bits 2, 3, 5, 6][group 32, 64, 128][scale type].\nvar qAnySingle = [4][3][3]func(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32{\n")
+	for bi := range anyb {
+		g.f("\t{\n")
+		for gi := range anyb[bi] {
+			g.f("\t\t{%s},\n", strings.Join(anyb[bi][gi][:], ", "))
+		}
+		g.f("\t},\n")
+	}
+	g.f("}\n")
 	table("qMulti", "func(w *byte, x *float32, xstride int, s, b *byte, xs *float32, ngroups int, out *float32)", multi4)
 	g.f("\n// denseSingle and denseMulti are indexed by element type.\n")
 	g.f("var denseSingle = [3]func(w *byte, x *float32, n int) float32{%s}\n", strings.Join(dense1[:], ", "))

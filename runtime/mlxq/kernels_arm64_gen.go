@@ -113,6 +113,114 @@ func q8g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float
 func q8g128bf16x4(w *byte, x *float32, xstride int, s, b *byte, xs *float32, ngroups int, out *float32)
 
 //go:noescape
+func q2g32f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g32f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g32bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g64f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g64f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g64bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g128f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g128f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q2g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g32f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g32f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g32bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g64f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g64f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g64bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g128f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g128f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q3g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g32f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g32f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g32bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g64f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g64f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g64bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g128f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g128f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q5g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g32f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g32f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g32bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g64f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g64f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g64bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g128f32(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g128f16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
+func q6g128bf16(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32
+
+//go:noescape
 func dotf32(w *byte, x *float32, n int) float32
 
 //go:noescape
@@ -141,6 +249,30 @@ var qSingle = [2][3][3]func(w *byte, x *float32, s, b *byte, xs *float32, ngroup
 		{q8g32f32, q8g32f16, q8g32bf16},
 		{q8g64f32, q8g64f16, q8g64bf16},
 		{q8g128f32, q8g128f16, q8g128bf16},
+	},
+}
+
+// qAnySingle is indexed [bits 2, 3, 5, 6][group 32, 64, 128][scale type].
+var qAnySingle = [4][3][3]func(w *byte, x *float32, s, b *byte, xs *float32, ngroups int) float32{
+	{
+		{q2g32f32, q2g32f16, q2g32bf16},
+		{q2g64f32, q2g64f16, q2g64bf16},
+		{q2g128f32, q2g128f16, q2g128bf16},
+	},
+	{
+		{q3g32f32, q3g32f16, q3g32bf16},
+		{q3g64f32, q3g64f16, q3g64bf16},
+		{q3g128f32, q3g128f16, q3g128bf16},
+	},
+	{
+		{q5g32f32, q5g32f16, q5g32bf16},
+		{q5g64f32, q5g64f16, q5g64bf16},
+		{q5g128f32, q5g128f16, q5g128bf16},
+	},
+	{
+		{q6g32f32, q6g32f16, q6g32bf16},
+		{q6g64f32, q6g64f16, q6g64bf16},
+		{q6g128f32, q6g128f16, q6g128bf16},
 	},
 }
 
