@@ -31,3 +31,6 @@ func BenchmarkKernelQ8Go(b *testing.B)  { benchKernel(b, 8, false) }
 func BenchmarkKernelQ3Go(b *testing.B)  { benchKernel(b, 3, false) }
 func BenchmarkKernelQ3Asm(b *testing.B) { benchKernel(b, 3, true) }
 func BenchmarkKernelQ6Asm(b *testing.B) { benchKernel(b, 6, true) }
+func BenchmarkKernelQ2Go(b *testing.B)  { benchKernel(b, 2, false) }
+func BenchmarkKernelQ5Go(b *testing.B)  { benchKernel(b, 5, false) }
+func BenchmarkKernelQ6Go(b *testing.B)  { benchKernel(b, 6, false) }
