@@ -2,9 +2,11 @@ package verify
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -347,4 +349,108 @@ func TestParseExpertName(t *testing.T) {
 			t.Errorf("%s: %+v %v", tc.name, en, ok)
 		}
 	}
+}
+
+// The digest pass and the deep check run together (sharing container
+// reads, whatever the window) or in turn, and find the same: same status,
+// problems, files and shard checks. Each damage is also found where it
+// is.
+func TestDeepModesAgree(t *testing.T) {
+	type damage struct {
+		name  string
+		apply func(t *testing.T, f *fixture) func(t *testing.T, r *Report)
+	}
+	damages := []damage{
+		{"intact", func(t *testing.T, f *fixture) func(t *testing.T, r *Report) {
+			return func(t *testing.T, r *Report) { wantStatus(t, r, StatusOK) }
+		}},
+		{"section and dense", func(t *testing.T, f *fixture) func(t *testing.T, r *Report) {
+			l := f.layout
+			sec := l.Sections[len(l.Sections)-1]
+			off := 1*l.ExpertStride + sec.Offset + sec.Size - 1
+			flip(t, f.dir, qpack.LayerFile(l.LayerCount-1), off, 0x10)
+			tt := f.dense.Tensors[0]
+			flip(t, f.dir, qpack.DenseName, tt.Offset, 1)
+			return func(t *testing.T, r *Report) {
+				wantStatus(t, r, StatusDamaged)
+				if len(find(r, func(p Problem) bool {
+					return p.Kind == KindMismatch && is(p.Layer, l.LayerCount-1) && is(p.Expert, 1) && p.Section == sec.Name && *p.Offset == off
+				})) != 1 || len(find(r, func(p Problem) bool { return p.Kind == KindMismatch && p.Tensor == tt.Name && *p.Offset == tt.Offset })) != 1 {
+					t.Fatal(dump(r))
+				}
+			}
+		}},
+		{"source", func(t *testing.T, f *fixture) func(t *testing.T, r *Report) {
+			name := "model.layers.1.mlp.switch_mlp.gate_proj.weight"
+			if strings.HasPrefix(f.dense.Tensors[0].Name, "language_model.") {
+				name = "language_model." + name
+			}
+			shard, tt := sourceTensor(t, f, name)
+			flip(t, f.src, shard, tt.Offset+tt.Size-1, 2)
+			return func(t *testing.T, r *Report) {
+				wantStatus(t, r, StatusUnusable)
+				if len(find(r, func(p Problem) bool { return p.Kind == KindSourceHash && p.File == shard })) != 1 ||
+					len(find(r, func(p Problem) bool { return p.Scope == ScopeSource && p.Kind == KindMismatch && p.Tensor == name })) != 1 {
+					t.Fatal(dump(r))
+				}
+			}
+		}},
+	}
+	for _, ck := range []string{next, "qwen3_5_moe-q4g32"} {
+		for _, dm := range damages {
+			t.Run(ck+"/"+dm.name, func(t *testing.T) {
+				f := newFixture(t, ck)
+				check := dm.apply(t, f)
+				layerSize := f.manifest.Files[qpack.LayerFile(0)]
+				modes := []struct {
+					name string
+					o    Options
+					d    DeepOptions
+				}{
+					{"in turn", Options{}, DeepOptions{Window: -1}},
+					{"shared", Options{}, DeepOptions{}},
+					{"window of one layer file, one shard at a time", Options{}, DeepOptions{Window: layerSize, Shards: 1}},
+					{"window too small to share", Options{}, DeepOptions{Window: 1}},
+					{"shared, cache kept", Options{KeepCache: true}, DeepOptions{}},
+				}
+				var first string
+				for _, m := range modes {
+					src, err := OpenDirSource(f.src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d := m.d
+					d.Source, d.BlockSize = src, 100<<10
+					o := m.o
+					o.Deep = &d
+					r := run(t, f.dir, o)
+					src.Close()
+					check(t, r)
+					got := summary(r)
+					if first == "" {
+						first = got
+					} else if got != first {
+						t.Fatalf("%s: differs from %s:\n%s\n---\n%s", m.name, modes[0].name, got, first)
+					}
+				}
+			})
+		}
+	}
+}
+
+// summary is what a report says, less timings.
+func summary(r *Report) string {
+	notes := append([]string(nil), r.Notes...)
+	sort.Strings(notes)
+	b, _ := json.MarshalIndent(struct {
+		Status   Status
+		Problems []Problem
+		Files    []FileResult
+		Notes    []string
+		Shards   []ShardCheck
+		Compared int64
+		Read     int64
+		Hashed   int64
+	}{r.Status, r.Problems, r.Files, notes, r.Deep.Shards, r.Deep.BytesCompared, r.Deep.SourceBytesRead, r.BytesHashed}, "", " ")
+	return string(b)
 }

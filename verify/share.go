@@ -187,6 +187,17 @@ func (s *share) await(ctx context.Context, file string) error {
 		return nil
 	default:
 	}
+	s.ask(f)
+	select {
+	case <-f.ready:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// ask puts the jobs of f first.
+func (s *share) ask(f *sharedFile) {
 	s.mu.Lock()
 	if f.want == 0 {
 		s.wantSeq++
@@ -194,12 +205,6 @@ func (s *share) await(ctx context.Context, file string) error {
 		s.cond.Broadcast()
 	}
 	s.mu.Unlock()
-	select {
-	case <-f.ready:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // view returns a read-only mapping of a shared file that has been hashed,
