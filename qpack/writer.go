@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/qpack-go/qpack/safetensors"
 )
@@ -47,8 +48,10 @@ type ManifestInfo struct {
 // Writer assembles a container in a temporary directory. Layer files are
 // created at their final size up front so that expert bytes can be written
 // in any order, from several goroutines, with positional writes (WriteAt
-// and the like are safe for concurrent use). Finish hashes everything,
-// writes layout.json and manifest.json and renames the directory into place.
+// and the like are safe for concurrent use). A layer whose bytes are all
+// written can be sealed (SealLayer): it is hashed in the background while
+// the rest is written. Finish hashes everything not yet hashed, writes
+// layout.json and manifest.json and renames the directory into place.
 type Writer struct {
 	dst, tmp string
 	layout   *Layout
@@ -63,6 +66,31 @@ type Writer struct {
 	densePlan *safetensors.Plan
 	denseIdx  map[string]int
 	done      bool
+
+	// layerMu[l] guards sealed[l]: writes to layer l hold it shared,
+	// SealLayer exclusively, so no write to a sealed layer can be in
+	// flight once SealLayer has set the flag.
+	layerMu []sync.RWMutex
+	sealed  []bool
+
+	// Background hashing of sealed layers.
+	sealMu      sync.Mutex
+	seals       map[int]*sealJob // by layer
+	sealQ       []*sealJob       // waiting for a worker
+	sealRunning int              // workers running
+	sealWorkers int              // at most this many
+	sealStop    atomic.Bool      // set by Close: workers stop at the next block
+	sealWG      sync.WaitGroup
+}
+
+// sealJob is the background hashing of one sealed layer file.
+type sealJob struct {
+	layer   int
+	started bool          // a worker took it (guarded by sealMu)
+	done    chan struct{} // closed when the fields below are set
+	file    string
+	experts []string
+	err     error
 }
 
 // Create starts a container that Finish will place at dst.
@@ -90,7 +118,9 @@ func Create(dst string, layout *Layout, opts CreateOptions) (w *Writer, err erro
 	if err := os.MkdirAll(filepath.Join(tmp, ExpertsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("qpack: %w", err)
 	}
-	w = &Writer{dst: dst, tmp: tmp, layout: layout, opts: opts, layers: make([]*os.File, layout.LayerCount)}
+	w = &Writer{dst: dst, tmp: tmp, layout: layout, opts: opts, layers: make([]*os.File, layout.LayerCount),
+		layerMu: make([]sync.RWMutex, layout.LayerCount), sealed: make([]bool, layout.LayerCount),
+		seals: make(map[int]*sealJob), sealWorkers: max(1, runtime.GOMAXPROCS(0)/4)}
 	defer func() {
 		if err != nil {
 			w.Close()
@@ -123,8 +153,10 @@ func (w *Writer) Dir() string { return w.tmp }
 // Layout returns the layout the container is written with.
 func (w *Writer) Layout() *Layout { return w.layout }
 
-// LayerFile returns layer l's open file (pre-sized, read-write). The caller
-// must not close it. Prefer WriteAt, which checks bounds.
+// LayerFile returns layer l's open file (pre-sized, read-write), for
+// reading back what was written. The caller must not close it, nor write
+// through it: WriteAt checks bounds and refuses writes to a sealed layer,
+// whose digests may already be computed.
 func (w *Writer) LayerFile(l int) (*os.File, error) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
@@ -138,7 +170,8 @@ func (w *Writer) LayerFile(l int) (*os.File, error) {
 }
 
 // WriteAt writes p at byte off of layer l's file; the range must lie
-// within the file (ExpertCount x stride bytes).
+// within the file (ExpertCount x stride bytes), and the layer must not be
+// sealed.
 func (w *Writer) WriteAt(l int, p []byte, off int64) (int, error) {
 	f, err := w.LayerFile(l)
 	if err != nil {
@@ -146,6 +179,11 @@ func (w *Writer) WriteAt(l int, p []byte, off int64) (int, error) {
 	}
 	if off < 0 || off > w.layout.LayerSize() || int64(len(p)) > w.layout.LayerSize()-off {
 		return 0, fmt.Errorf("qpack: %s: write of %d bytes at %d is outside the file (%d bytes)", LayerFile(l), len(p), off, w.layout.LayerSize())
+	}
+	w.layerMu[l].RLock()
+	defer w.layerMu[l].RUnlock()
+	if w.sealed[l] {
+		return 0, fmt.Errorf("qpack: %s: write of %d bytes at %d after the layer was sealed", LayerFile(l), len(p), off)
 	}
 	n, err := f.WriteAt(p, off)
 	if err != nil {
@@ -343,9 +381,94 @@ func (w *Writer) Sync() error {
 	return nil
 }
 
-// Close closes the open files and leaves the temporary directory in place
-// (to be resumed, finished by another Writer, or removed with Discard).
+// SealLayer declares that every byte of layer l's file is written: later
+// writes to it are refused, and the file is fsynced and hashed (its digest
+// and its experts' digests) by a background goroutine while other layers
+// are written, so that Finish does not hash it again. Sealing a layer
+// twice does nothing. Reads through LayerFile stay allowed.
+func (w *Writer) SealLayer(l int) error {
+	if l < 0 || l >= len(w.layers) {
+		return fmt.Errorf("qpack: layer %d out of range [0, %d)", l, len(w.layers))
+	}
+	if w.sealStop.Load() {
+		return fmt.Errorf("qpack: writer is closed")
+	}
+	w.layerMu[l].Lock()
+	already := w.sealed[l]
+	w.sealed[l] = true
+	w.layerMu[l].Unlock()
+	if already {
+		return nil
+	}
+	w.sealMu.Lock()
+	defer w.sealMu.Unlock()
+	if w.sealStop.Load() {
+		return fmt.Errorf("qpack: writer is closed")
+	}
+	j := &sealJob{layer: l, done: make(chan struct{})}
+	w.seals[l] = j
+	w.sealQ = append(w.sealQ, j)
+	if w.sealRunning < w.sealWorkers {
+		w.sealRunning++
+		w.sealWG.Add(1)
+		go w.sealLoop()
+	}
+	return nil
+}
+
+// sealLoop hashes sealed layers until none is waiting.
+func (w *Writer) sealLoop() {
+	defer w.sealWG.Done()
+	for {
+		w.sealMu.Lock()
+		if len(w.sealQ) == 0 || w.sealStop.Load() {
+			w.sealRunning--
+			w.sealMu.Unlock()
+			return
+		}
+		j := w.sealQ[0]
+		w.sealQ = w.sealQ[1:]
+		j.started = true
+		w.sealMu.Unlock()
+		j.file, j.experts, j.err = w.hashOne(LayerFile(j.layer), w.layout.LayerSize(), nil, w.sealStop.Load)
+		close(j.done)
+	}
+}
+
+// takeSeals ends background hashing: layers still waiting are dropped
+// from the queue (the caller hashes them), and the jobs that started are
+// returned by file path.
+func (w *Writer) takeSeals() map[string]*sealJob {
+	w.sealMu.Lock()
+	defer w.sealMu.Unlock()
+	w.sealQ = nil
+	out := make(map[string]*sealJob)
+	for l, j := range w.seals {
+		if j.started {
+			out[LayerFile(l)] = j
+		}
+	}
+	return out
+}
+
+// stopSeals stops background hashing and waits for its goroutines.
+func (w *Writer) stopSeals() {
+	w.sealMu.Lock()
+	w.sealStop.Store(true)
+	w.sealQ = nil
+	w.sealMu.Unlock()
+	w.sealWG.Wait()
+}
+
+// Close stops background hashing, closes the open files and leaves the
+// temporary directory in place (to be resumed, finished by another Writer,
+// or removed with Discard).
 func (w *Writer) Close() error {
+	w.stopSeals()
+	return w.closeFiles()
+}
+
+func (w *Writer) closeFiles() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.done = true
@@ -376,17 +499,19 @@ func (w *Writer) Discard() error {
 // Finish completes the container: it checks what was written (every layer
 // file at its size, a valid model.safetensors, no symlinks or special
 // files), writes packed_experts/layout.json, hashes every file with BLAKE3
-// (layer files in one pass that also digests each expert's stride), fsyncs
-// every file, writes manifest.json, removes working files (names starting
-// with "."), renames the temporary directory to the destination and fsyncs
-// the parent directory. It works on a directory written by an earlier
-// process as long as this Writer was created on it with Resume. The Writer
-// is closed afterwards, whatever the outcome.
+// (layer files in one pass that also digests each expert's stride; a layer
+// sealed with SealLayer was hashed, after its last write, in the
+// background), fsyncs every file, writes manifest.json, removes working
+// files (names starting with "."), renames the temporary directory to the
+// destination and fsyncs the parent directory. It works on a directory
+// written by an earlier process as long as this Writer was created on it
+// with Resume. The Writer is closed afterwards, whatever the outcome.
 func (w *Writer) Finish(info ManifestInfo) (*Manifest, error) {
+	defer w.stopSeals()
 	if err := w.Sync(); err != nil {
 		return nil, err
 	}
-	if err := w.Close(); err != nil {
+	if err := w.closeFiles(); err != nil {
 		return nil, fmt.Errorf("qpack: %w", err)
 	}
 	if !w.opts.Overwrite {
@@ -428,7 +553,7 @@ func (w *Writer) Finish(info ManifestInfo) (*Manifest, error) {
 		return nil, denseErr(err)
 	}
 
-	fileDigests, expertDigests, err := w.hashAll(files)
+	fileDigests, expertDigests, err := w.hashAll(files, w.takeSeals())
 	if err != nil {
 		return nil, err
 	}
@@ -534,13 +659,16 @@ func scanTemp(dir string) (files map[string]int64, dirs, working []string, err e
 }
 
 // hashAll digests every file (largest first, several at once), fsyncing
-// each, and returns file and expert digests.
-func (w *Writer) hashAll(files map[string]int64) (map[string]string, map[string][]string, error) {
+// each, and returns file and expert digests; the digests of the files in
+// pre come from their background jobs.
+func (w *Writer) hashAll(files map[string]int64, pre map[string]*sealJob) (map[string]string, map[string][]string, error) {
 	paths := make([]string, 0, len(files))
 	var total int64
 	for p, n := range files {
-		paths = append(paths, p)
 		total += n
+		if pre[p] == nil {
+			paths = append(paths, p)
+		}
 	}
 	sort.Slice(paths, func(i, j int) bool {
 		if files[paths[i]] != files[paths[j]] {
@@ -573,7 +701,7 @@ func (w *Writer) hashAll(files map[string]int64) (map[string]string, map[string]
 		go func() {
 			defer wg.Done()
 			for p := range work {
-				fd, eds, err := w.hashOne(p, files[p], progress)
+				fd, eds, err := w.hashOne(p, files[p], progress, nil)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -600,10 +728,26 @@ func (w *Writer) hashAll(files map[string]int64) (map[string]string, map[string]
 	if firstErr != nil {
 		return nil, nil, firstErr
 	}
+	pres := make([]string, 0, len(pre))
+	for p := range pre {
+		pres = append(pres, p)
+	}
+	sort.Strings(pres)
+	for _, p := range pres {
+		j := pre[p]
+		<-j.done
+		if j.err != nil {
+			return nil, nil, j.err
+		}
+		fileDigests[p], expertDigests[p] = j.file, j.experts
+		progress(files[p])
+	}
 	return fileDigests, expertDigests, nil
 }
 
-func (w *Writer) hashOne(rel string, size int64, progress func(int64)) (string, []string, error) {
+// hashOne fsyncs and digests the file rel of size bytes (a layer file also
+// per expert); stop, if not nil, is polled between blocks.
+func (w *Writer) hashOne(rel string, size int64, progress func(int64), stop func() bool) (string, []string, error) {
 	f, err := os.Open(filepath.Join(w.tmp, filepath.FromSlash(rel)))
 	if err != nil {
 		return "", nil, &Error{File: rel, Err: err}
@@ -615,13 +759,13 @@ func (w *Writer) hashOne(rel string, size int64, progress func(int64)) (string, 
 	}
 	r := io.LimitReader(f, size+1)
 	if _, isLayer := parseLayerFile(rel); isLayer {
-		fd, eds, err := DigestLayer(r, w.layout.ExpertCount, w.layout.ExpertStride, progress)
+		fd, eds, err := digestLayer(r, w.layout.ExpertCount, w.layout.ExpertStride, progress, stop)
 		if err != nil {
 			return "", nil, &Error{File: rel, Err: err}
 		}
 		return fd, eds, nil
 	}
-	fd, err := DigestFile(r, progress)
+	fd, err := digestFile(r, progress, stop)
 	if err != nil {
 		return "", nil, &Error{File: rel, Err: err}
 	}

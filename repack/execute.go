@@ -65,6 +65,7 @@ type executor struct {
 
 	fetched atomic.Int64 // source bytes streamed by workers
 	redone  int
+	sealed  []bool // layers handed to Writer.SealLayer
 }
 
 // rangeJob is one unit of work: a range, and whether it is a redo of a
@@ -417,7 +418,18 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 		sinceCommit int64
 		lastCommit  = time.Now()
 		committed   int64
+		pendingRedo int
 	)
+	for _, jb := range jobs {
+		if jb.redo {
+			pendingRedo++
+		}
+	}
+	if pendingRedo == 0 {
+		if err := x.sealComplete(); err != nil {
+			return err
+		}
+	}
 	// commit hands a snapshot of the journal to the writer, which fsyncs
 	// the container's files and then replaces the journal, while the
 	// ranges after it go on.
@@ -461,6 +473,7 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 				return fmt.Errorf("source shard %s, bytes %d-%d: fetched again after damage on disk, the bytes differ from those fetched before: the source changed under the journal (rerun with --discard-partial to start over)", x.shards[r.shard].Name(), r.off, r.end)
 			}
 			x.redone++
+			pendingRedo--
 		} else {
 			if r.id != x.j.Frontier {
 				return fmt.Errorf("internal error: committing range %d at frontier %d", r.id, x.j.Frontier)
@@ -500,6 +513,11 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 				return err
 			}
 		}
+		if pendingRedo == 0 {
+			if err := x.sealComplete(); err != nil {
+				return err
+			}
+		}
 		<-window
 		dirty = true
 		sinceCommit += r.end - r.off
@@ -513,6 +531,25 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 	}
 	commit()
 	return jw.close()
+}
+
+// sealComplete seals every layer whose ranges are all complete (before the
+// frontier), so that the Writer hashes its file in the background while
+// the copy goes on. It is called only when no redo range is pending: then
+// no worker writes to a layer whose last range is before the frontier.
+func (x *executor) sealComplete() error {
+	if x.sealed == nil {
+		x.sealed = make([]bool, len(x.m.layerLast))
+	}
+	for l, last := range x.m.layerLast {
+		if !x.sealed[l] && last < x.j.Frontier {
+			if err := x.w.SealLayer(l); err != nil {
+				return err
+			}
+			x.sealed[l] = true
+		}
+	}
+	return nil
 }
 
 // journalWriter makes journal commits in the background: each fsyncs the

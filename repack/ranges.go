@@ -61,13 +61,20 @@ type layoutMap struct {
 	items  [][]item // per shard
 	stride int64
 	ranges []srcRange
+	// layerLast holds, per expert layer, the id of the last range that
+	// writes to its file (-1 if none does): once it is committed, the
+	// layer's file is complete.
+	layerLast []int
 }
 
 func newLayoutMap(p *Plan, rangeSize int64) (*layoutMap, error) {
 	if rangeSize < MinRangeSize || rangeSize > MaxRangeSize {
 		return nil, fmt.Errorf("range size %d is outside [%d, %d]", rangeSize, MinRangeSize, MaxRangeSize)
 	}
-	m := &layoutMap{items: make([][]item, len(p.Shards)), stride: p.Layout.ExpertStride}
+	m := &layoutMap{items: make([][]item, len(p.Shards)), stride: p.Layout.ExpertStride, layerLast: make([]int, p.Layout.LayerCount)}
+	for l := range m.layerLast {
+		m.layerLast[l] = -1
+	}
 	for _, d := range p.Dense {
 		if d.Src.Size == 0 {
 			continue // nothing to copy; an empty tensor may sit anywhere
@@ -102,6 +109,9 @@ func newLayoutMap(p *Plan, rangeSize int64) (*layoutMap, error) {
 					r.copied += pc.n
 					if pc.dst >= 0 && r.firstLayer < 0 {
 						r.firstLayer = pc.dst
+					}
+					if pc.dst >= 0 && pc.dst < len(m.layerLast) {
+						m.layerLast[pc.dst] = r.id
 					}
 				}
 				return nil

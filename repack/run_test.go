@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,21 +98,21 @@ func TestResumeMidShard(t *testing.T) {
 	}
 
 	// Count the source bytes the resumed run reads.
-	var read int64
+	var read atomic.Int64 // workers call the hook concurrently
 	res := runDir(t, src, out, func(o *Options) {
 		o.hooks = &testHooks{afterRange: func(r srcRange, redo bool) {
 			if r.id < j.Frontier {
 				t.Errorf("completed range %d fetched again", r.id)
 			}
-			read += r.end - r.off
+			read.Add(r.end - r.off)
 		}}
 	})
 	if !res.Resumed || res.RangesReused != j.Frontier || res.RangesRedone != 0 {
 		t.Errorf("resumed=%v reused=%d redone=%d, want true %d 0", res.Resumed, res.RangesReused, res.RangesRedone, j.Frontier)
 	}
 	st, _ := os.Stat(filepath.Join(src, "model.safetensors"))
-	if want := st.Size() - int64(j.Frontier)*(16<<10); read != want {
-		t.Errorf("resumed run read %d source bytes, want %d", read, want)
+	if want := st.Size() - int64(j.Frontier)*(16<<10); read.Load() != want {
+		t.Errorf("resumed run read %d source bytes, want %d", read.Load(), want)
 	}
 	if want := fileSHA256(t, filepath.Join(src, "model.safetensors")); res.Shards[0].SHA256 != want {
 		t.Errorf("shard sha256 %s, want %s", res.Shards[0].SHA256, want)
