@@ -208,19 +208,23 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 	return nil
 }
 
-// digestRange re-reads what range r wrote (in source order) and returns the
-// BLAKE3 of those bytes. When sha is not nil it is fed every byte of the
-// range in source order: written bytes re-read from the destinations, gap
-// bytes from the range's spill file. Consecutive written pieces are
-// gathered into buf and each full buffer is hashed by both hashes at once.
-func (x *executor) digestRange(r srcRange, sha io.Writer, buf []byte) (string, error) {
-	b3 := blake3.New()
-	var hdr [32]byte
-	copy(hdr[:8], "qpackrng")
-	binary.LittleEndian.PutUint64(hdr[8:], uint64(r.id))
-	binary.LittleEndian.PutUint64(hdr[16:], uint64(r.off))
-	binary.LittleEndian.PutUint64(hdr[24:], uint64(r.end))
-	b3.Write(hdr[:])
+// digestRange re-reads what range r wrote (in source order). When withB3
+// is set it returns the BLAKE3 range digest of those bytes (else ""). When
+// sha is not nil it is fed every byte of the range in source order:
+// written bytes re-read from the destinations, gap bytes from the range's
+// spill file. Consecutive written pieces are gathered into buf and each
+// full buffer is hashed by both hashes at once.
+func (x *executor) digestRange(r srcRange, sha io.Writer, buf []byte, withB3 bool) (string, error) {
+	var b3 *blake3.Hasher
+	if withB3 {
+		b3 = blake3.New()
+		var hdr [32]byte
+		copy(hdr[:8], "qpackrng")
+		binary.LittleEndian.PutUint64(hdr[8:], uint64(r.id))
+		binary.LittleEndian.PutUint64(hdr[16:], uint64(r.off))
+		binary.LittleEndian.PutUint64(hdr[24:], uint64(r.end))
+		b3.Write(hdr[:])
+	}
 	var gap *os.File
 	var gapOff int64
 	defer func() {
@@ -234,13 +238,15 @@ func (x *executor) digestRange(r srcRange, sha io.Writer, buf []byte) (string, e
 			return
 		}
 		b := buf[:fill]
-		if sha != nil && fill >= 64<<10 {
+		if sha != nil && b3 != nil && fill >= 64<<10 {
 			done := make(chan struct{})
 			go func() { b3.Write(b); close(done) }()
 			sha.Write(b)
 			<-done
 		} else {
-			b3.Write(b)
+			if b3 != nil {
+				b3.Write(b)
+			}
 			if sha != nil {
 				sha.Write(b)
 			}
@@ -288,10 +294,32 @@ func (x *executor) digestRange(r srcRange, sha io.Writer, buf []byte) (string, e
 		return "", err
 	}
 	flush()
+	if b3 == nil {
+		return "", nil
+	}
 	return hex.EncodeToString(b3.Sum(nil)), nil
 }
 
-// checkCompleted re-digests every completed range and returns those whose
+// verifyRange reports whether the bytes completed range r wrote are still
+// on disk: its BLAKE3 digest, or for a gapless range its sha256 from the
+// chain state before it, must match the journal.
+func (x *executor) verifyRange(r srcRange, buf []byte) (bool, error) {
+	if want := x.j.Digests[r.id]; want != "" || !r.gapless() {
+		d, err := x.digestRange(r, nil, buf, true)
+		return err == nil && d == want, err
+	}
+	h, err := x.j.chainStart(r)
+	if err != nil {
+		return false, err
+	}
+	if _, err := x.digestRange(r, h, buf, false); err != nil {
+		return false, err
+	}
+	st, err := marshalState(h)
+	return err == nil && st == x.j.Chain[r.id], err
+}
+
+// checkCompleted re-checks every completed range and returns those whose
 // bytes on disk no longer match the journal.
 func (x *executor) checkCompleted(ctx context.Context, progress func(done int64)) ([]srcRange, error) {
 	var (
@@ -313,12 +341,12 @@ func (x *executor) checkCompleted(ctx context.Context, progress func(done int64)
 					return
 				}
 				r := x.m.ranges[k]
-				d, err := x.digestRange(r, nil, buf)
+				ok, err := x.verifyRange(r, buf)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
 				}
-				if err == nil && d != x.j.Digests[k] {
+				if err == nil && !ok {
 					damaged = append(damaged, r)
 				}
 				mu.Unlock()
@@ -465,11 +493,11 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 		}
 		r := jb.r
 		if jb.redo {
-			d, err := x.digestRange(r, nil, buf)
+			ok, err := x.verifyRange(r, buf)
 			if err != nil {
 				return err
 			}
-			if d != x.j.Digests[r.id] {
+			if !ok {
 				return fmt.Errorf("source shard %s, bytes %d-%d: fetched again after damage on disk, the bytes differ from those fetched before: the source changed under the journal (rerun with --discard-partial to start over)", x.shards[r.shard].Name(), r.off, r.end)
 			}
 			x.redone++
@@ -478,12 +506,19 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 			if r.id != x.j.Frontier {
 				return fmt.Errorf("internal error: committing range %d at frontier %d", r.id, x.j.Frontier)
 			}
-			d, err := x.digestRange(r, sha, buf)
+			// A gapless range is checked later through the sha256 chain;
+			// only a range with gap bytes needs a digest of its own.
+			d, err := x.digestRange(r, sha, buf, !r.gapless())
+			if err != nil {
+				return err
+			}
+			st, err := marshalState(sha.sha)
 			if err != nil {
 				return err
 			}
 			os.Remove(x.gapPath(r.id))
 			x.j.Digests = append(x.j.Digests, d)
+			x.j.Chain = append(x.j.Chain, st)
 			x.j.Frontier++
 			last := x.j.Frontier == len(x.m.ranges) || x.m.ranges[x.j.Frontier].shard != r.shard
 			if last {
@@ -656,6 +691,7 @@ func (x *executor) resetShard(s int) {
 	}
 	x.j.Frontier = first
 	x.j.Digests = x.j.Digests[:first]
+	x.j.Chain = x.j.Chain[:first]
 	if len(x.j.ShardSHA256) > s {
 		x.j.ShardSHA256 = x.j.ShardSHA256[:s]
 	}

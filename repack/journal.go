@@ -26,7 +26,10 @@ const JournalName = ".repack-journal.json"
 // container (header, skipped tensors), until the range is hashed.
 const gapDir = ".repack-gaps"
 
-const journalVersion = 1
+// journalVersion 2 added Chain (version 1 had a BLAKE3 digest for every
+// range); a version 1 journal is refused with a pointer to
+// --discard-partial.
+const journalVersion = 2
 
 // maxJournalSize bounds the journal we read back (1,400 ranges for an 80B
 // model take ~100 KB).
@@ -39,6 +42,13 @@ const maxJournalSize = 64 << 20
 // sha256. The sha256 of the shard in progress is kept as the hash's
 // marshalled midstate at the frontier, so a resumed run continues it
 // without fetching any completed range again.
+//
+// Every completed range can be checked on disk by itself: a range whose
+// bytes all land in the container by the sha256 chain (hashing them from
+// the state after the previous range must give the state after it), a
+// range that also reads bytes the container does not keep (header, skipped
+// tensors) by a BLAKE3 digest of the bytes it wrote. The chain costs
+// nothing while copying: it is the shard hash the repack computes anyway.
 type journal struct {
 	Version   int    `json:"version"`
 	Plan      string `json:"plan"`      // Plan.Fingerprint
@@ -46,9 +56,13 @@ type journal struct {
 	Source    string `json:"source"`    // Source.Identity
 	Ranges    int    `json:"ranges"`    // how many ranges the plan has
 	Frontier  int    `json:"frontier"`  // ranges [0, Frontier) are complete
-	// Digests holds, per completed range, the BLAKE3 of the bytes it wrote,
-	// as re-read from the destination files.
+	// Digests holds, per completed range that reads gap bytes (bytes the
+	// container does not keep), the BLAKE3 of the bytes it wrote, as
+	// re-read from the destination files; "" for the other ranges.
 	Digests []string `json:"digests"`
+	// Chain holds, per completed range, the marshalled sha256 state of its
+	// shard after the range (base64).
+	Chain []string `json:"chain"`
 	// ShardSHA256 holds the sha256 of each shard whose ranges are all
 	// complete, in shard order.
 	ShardSHA256 []string `json:"shardSha256"`
@@ -63,7 +77,7 @@ type journal struct {
 
 func newJournal(fp string, rangeSize int64, ident string, ranges int) *journal {
 	return &journal{Version: journalVersion, Plan: fp, RangeSize: rangeSize, Source: ident, Ranges: ranges,
-		Digests: []string{}, ShardSHA256: []string{}}
+		Digests: []string{}, Chain: []string{}, ShardSHA256: []string{}}
 }
 
 // errNoJournal: the partial directory has no journal.
@@ -107,12 +121,21 @@ func (j *journal) check(m *layoutMap, shards []Shard) error {
 	if j.Ranges != len(m.ranges) {
 		return fmt.Errorf("it records %d ranges, the plan has %d", j.Ranges, len(m.ranges))
 	}
-	if j.Frontier < 0 || j.Frontier > j.Ranges || len(j.Digests) != j.Frontier {
-		return fmt.Errorf("frontier %d with %d digests for %d ranges", j.Frontier, len(j.Digests), j.Ranges)
+	if j.Frontier < 0 || j.Frontier > j.Ranges || len(j.Digests) != j.Frontier || len(j.Chain) != j.Frontier {
+		return fmt.Errorf("frontier %d with %d digests and %d chain states for %d ranges", j.Frontier, len(j.Digests), len(j.Chain), j.Ranges)
 	}
 	for i, d := range j.Digests {
-		if !isHex(d, 64) {
+		switch {
+		case d == "" && m.ranges[i].gapless():
+		case d == "":
+			return fmt.Errorf("range %d reads bytes the container does not keep but has no digest", i)
+		case !isHex(d, 64):
 			return fmt.Errorf("digest of range %d is not 64 hex digits", i)
+		}
+	}
+	for i, c := range j.Chain {
+		if err := unmarshalState(sha256.New(), c); err != nil {
+			return fmt.Errorf("chain state of range %d: %v", i, err)
 		}
 	}
 	// Shards completed before the frontier.
@@ -138,6 +161,9 @@ func (j *journal) check(m *layoutMap, shards []Shard) error {
 		sh := shards[m.ranges[j.Frontier].shard]
 		if _, err := j.hashAtFrontier(sh); err != nil {
 			return err
+		}
+		if j.HashState != j.Chain[j.Frontier-1] {
+			return fmt.Errorf("hash state differs from the chain state of range %d", j.Frontier-1)
 		}
 	} else if j.BlobState != "" {
 		return fmt.Errorf("blob hash state at a shard start")
@@ -171,6 +197,9 @@ func (j *journal) hashAtFrontier(sh Shard) (*shardHash, error) {
 }
 
 func unmarshalState(h hash.Hash, s string) error {
+	if len(s) > 2048 {
+		return fmt.Errorf("too long")
+	}
 	st, err := base64.StdEncoding.DecodeString(s)
 	if err != nil || len(st) > 1024 {
 		return fmt.Errorf("not valid base64")
@@ -184,6 +213,22 @@ func marshalState(h hash.Hash) (string, error) {
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(st), nil
+}
+
+// chainStart returns the sha256 of r's shard at r's start, from the chain
+// (ranges before the frontier only).
+func (j *journal) chainStart(r srcRange) (hash.Hash, error) {
+	h := sha256.New()
+	if r.off == 0 {
+		return h, nil
+	}
+	if r.id < 1 || r.id > len(j.Chain) {
+		return nil, fmt.Errorf("internal error: no chain state before range %d", r.id)
+	}
+	if err := unmarshalState(h, j.Chain[r.id-1]); err != nil {
+		return nil, fmt.Errorf("chain state of range %d: %v", r.id-1, err)
+	}
+	return h, nil
 }
 
 // setHashState records h's midstates (nil: at a shard start).
@@ -277,6 +322,7 @@ func removeJournal(partial string) error {
 func (j *journal) snapshot() *journal {
 	c := *j
 	c.Digests = append([]string(nil), j.Digests...)
+	c.Chain = append([]string(nil), j.Chain...)
 	c.ShardSHA256 = append([]string(nil), j.ShardSHA256...)
 	return &c
 }

@@ -48,6 +48,11 @@ func TestJournalCheck(t *testing.T) {
 	var k int
 	for k = 0; m.ranges[k].shard == 0; k++ {
 		j.Digests = append(j.Digests, strings.Repeat("a", 64))
+		st, err := marshalState(h.sha)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Chain = append(j.Chain, st)
 	}
 	sum := sha256.Sum256(nil)
 	j.ShardSHA256 = []string{hex.EncodeToString(sum[:])}
@@ -61,6 +66,17 @@ func TestJournalCheck(t *testing.T) {
 	if err := j.setHashState(h); err != nil {
 		t.Fatal(err)
 	}
+	j.Chain = append(j.Chain, j.HashState)
+	gapless := -1 // a range before the frontier whose bytes all land in the container
+	for i := 0; i < j.Frontier; i++ {
+		if m.ranges[i].gapless() {
+			gapless = i
+		}
+	}
+	if gapless < 0 {
+		t.Fatal("the fixture has no gapless range before the frontier")
+	}
+	j.Digests[gapless] = "" // checked through the chain
 	if err := j.check(m, shards); err != nil {
 		t.Fatalf("consistent journal refused: %v", err)
 	}
@@ -79,6 +95,10 @@ func TestJournalCheck(t *testing.T) {
 		want string
 	}{
 		{"digest count", func(j *journal) { j.Digests = j.Digests[1:] }, "digests"},
+		{"chain count", func(j *journal) { j.Chain = j.Chain[1:] }, "chain states"},
+		{"no digest for a range with gap bytes", func(j *journal) { j.Digests[0] = "" }, "has no digest"},
+		{"garbage chain state", func(j *journal) { j.Chain[1] = "c2hhAw==" }, "chain state of range 1"},
+		{"hash state off the chain", func(j *journal) { j.Chain[j.Frontier-1] = j.Chain[0] }, "differs from the chain"},
 		{"frontier past end", func(j *journal) { j.Frontier = len(m.ranges) + 1 }, "frontier"},
 		{"bad digest", func(j *journal) { j.Digests[0] = "zz" }, "digest of range 0"},
 		{"missing shard hash", func(j *journal) { j.ShardSHA256 = nil }, "shard hashes"},
@@ -98,8 +118,8 @@ func TestJournalCheck(t *testing.T) {
 
 func FuzzJournal(f *testing.F) {
 	m, shards := journalFixture(f)
-	f.Add([]byte(`{"version":1,"plan":"x","rangeSize":4096,"source":"s","ranges":3,"frontier":0,"digests":[],"shardSha256":[]}`))
-	f.Add([]byte(`{"version":1,"frontier":2,"digests":["` + strings.Repeat("a", 64) + `","` + strings.Repeat("b", 64) + `"],"hashState":"c2hhAw=="}`))
+	f.Add([]byte(`{"version":2,"plan":"x","rangeSize":4096,"source":"s","ranges":3,"frontier":0,"digests":[],"chain":[],"shardSha256":[]}`))
+	f.Add([]byte(`{"version":2,"frontier":2,"digests":["` + strings.Repeat("a", 64) + `",""],"chain":["c2hhAw==","c2hhAw=="],"hashState":"c2hhAw=="}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, err := parseJournal(data, "journal")
 		if err != nil {

@@ -54,6 +54,9 @@ type srcRange struct {
 	firstLayer int   // first expert layer the range writes, -1 if none
 }
 
+// gapless reports whether every byte of r lands in the container.
+func (r srcRange) gapless() bool { return r.copied == r.end-r.off }
+
 // layoutMap is the plan in the form execution uses: per shard, the placed
 // tensors sorted by source offset. It holds one entry per tensor (not per
 // expert), so its size does not grow with the expert count.
