@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -580,11 +581,41 @@ func equalShape(a, b []int64) bool {
 
 // containerFiles opens container files on demand for the comparisons.
 type containerFiles struct {
-	v     *verifier
-	share *share // nil unless the digest pass runs alongside
-	mu    sync.Mutex
-	files map[string]*os.File
-	errs  map[string]error
+	v      *verifier
+	share  *share // nil unless the digest pass runs alongside
+	mu     sync.Mutex
+	files  map[string]*os.File
+	errs   map[string]error
+	direct map[string]*os.File // nil value: no O_DIRECT for the file
+}
+
+// getDirect returns the file opened with O_DIRECT (Linux), nil when it
+// cannot be or the cache is to be kept. Such reads leave nothing in the
+// page cache and save the kernel's copy.
+func (c *containerFiles) getDirect(p string) *os.File {
+	if c.v.o.KeepCache {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.direct[p]; ok {
+		return f
+	}
+	if c.direct == nil {
+		c.direct = map[string]*os.File{}
+	}
+	f := c.v.openDirect(p)
+	c.direct[p] = f
+	return f
+}
+
+func (c *containerFiles) noDirect(p string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.direct[p]; f != nil {
+		f.Close()
+	}
+	c.direct[p] = nil
 }
 
 func (c *containerFiles) get(p string) (*os.File, error) {
@@ -614,6 +645,11 @@ func (c *containerFiles) close() {
 	for _, f := range c.files {
 		f.Close()
 	}
+	for _, f := range c.direct {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // compare checks src (source bytes for segment bytes [at, at+len(src)))
@@ -625,6 +661,16 @@ func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratc
 			compareView(m, s, at, src, record)
 			return
 		}
+	}
+	if cf.share != nil && cf.share.keep(s.file) {
+		// In the page cache (unless the mapping failed): no O_DIRECT.
+	} else if d := cf.getDirect(s.file); d != nil && len(scratch) > 2*directAlign {
+		n, ok := compareDirect(d, s, at, src, scratch, record)
+		if ok {
+			return
+		}
+		cf.noDirect(s.file) // refused: ordinary reads from here on
+		src, at = src[n:], at+int64(n)
 	}
 	f, err := cf.get(s.file)
 	if err != nil {
@@ -653,6 +699,39 @@ func (v *verifier) compare(cf *containerFiles, s *segment, at int64, src, scratc
 		src = src[n:]
 		at += int64(n)
 	}
+}
+
+// compareDirect compares src with bytes [at, at+len(src)) of segment s,
+// reading the container file with O_DIRECT: the enclosing aligned range
+// into scratch (aligned, with two alignment units to spare). It returns
+// false and how many bytes it compared when O_DIRECT is refused.
+func compareDirect(d *os.File, s *segment, at int64, src, scratch []byte, record func(first, count int64, err error)) (int, bool) {
+	room := len(scratch) - 2*directAlign
+	done := 0
+	for len(src) > 0 {
+		n := min(len(src), room)
+		off := s.dstOff + at
+		a := off &^ (directAlign - 1)
+		e := (off + int64(n) + directAlign - 1) &^ (directAlign - 1)
+		got, err := d.ReadAt(scratch[:e-a], a)
+		if need := off + int64(n) - a; int64(got) < need {
+			if errors.Is(err, syscall.EINVAL) {
+				return done, false
+			}
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			record(at, 0, fmt.Errorf("reading byte %d: %w", max(off, a+int64(got)), err))
+			return done, true
+		}
+		if first, count := diff(scratch[off-a:off-a+int64(n)], src[:n]); count > 0 {
+			record(at+first, count, nil)
+		}
+		src = src[n:]
+		at += int64(n)
+		done += n
+	}
+	return done, true
 }
 
 // diff returns the offset of the first byte where a and b (of the same
@@ -950,7 +1029,7 @@ func (v *verifier) streamShard(ctx context.Context, sh *SourceShard, segs []segm
 		go func() {
 			defer wwg.Done()
 			defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-			scratch := make([]byte, comparePiece)
+			scratch := alignedBuffer(comparePiece + 2*directAlign)
 			for t := range tasks {
 				v.compare(cf, t.s, t.at, t.src, scratch, ms)
 				n := int64(len(t.src))
@@ -1083,7 +1162,7 @@ func (v *verifier) deepSample(ctx context.Context, perShard [][]segment, rep *De
 				for at := int64(0); at < s.n; at += chunk {
 					n := min(chunk, s.n-at)
 					if int64(cap(buf)) < n {
-						buf, scratch = make([]byte, n), make([]byte, n)
+						buf, scratch = make([]byte, n), alignedBuffer(int(n)+2*directAlign)
 					}
 					got, err := sh.readAt(ctx, buf[:n], s.srcOff+at)
 					if int64(got) != n {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"unsafe"
 
@@ -109,4 +110,23 @@ func (d *directReader) readBuffered(p []byte, off int64) (int, error) {
 		dropCache(d.buffered, off, int64(got))
 	}
 	return got, err
+}
+
+// openDirect opens a listed container file with O_DIRECT, nil when it
+// cannot be (or is not the file the inventory saw).
+func (v *verifier) openDirect(p string) *os.File {
+	want, ok := v.stats[p]
+	if !ok {
+		return nil
+	}
+	f, err := v.root.OpenFile(filepath.FromSlash(p), os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || !os.SameFile(st, want) || st.Size() != want.Size() {
+		f.Close()
+		return nil
+	}
+	return f
 }
