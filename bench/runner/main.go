@@ -12,10 +12,17 @@
 // number of reads in flight, taken right before and after each run): the
 // ratio decode tok/s ÷ (bandwidth ÷ bytes per token) is the figure, goal
 // ≥ 0.7. Also the hit rate, and the peak RSS against the dense weights plus
-// the cache budget.
+// the cache budget. Each budget runs twice, back to back: without
+// speculative reads and with the runner's default (each sparse layer's
+// top-k guessed from the residual entering it, read during its mixer); the
+// ratio of the two rates within each round is reported with the share of
+// the real experts guessed and the bytes read for wrong guesses (which
+// count in the bytes per token, so in the I/O limit).
 //
 // Prefill: tok/s of a 512-token prompt in chunks (the default 128) against
-// token by token, each in a fresh process with the same cache: goal ≥ 4×.
+// token by token, each in a fresh process with the same cache: goal ≥ 4×;
+// and the expert reads of the chunked prefill with the cache's scan policy
+// (the default) against the recency policy throughout.
 //
 // Each figure is the best of -rounds runs, alternating configurations.
 //
@@ -68,6 +75,16 @@ type childResult struct {
 	PeakRSS       int64   `json:"peak_rss"`
 	Dense         int64   `json:"dense"`
 	PeakAllocated int64   `json:"peak_allocated"`
+	// Speculation (decode): experts guessed per token, the share of the
+	// real batches guessed, the reads it queued, started, found useful,
+	// and the bytes per token read for wrong guesses.
+	Speculate          int     `json:"speculate"`
+	SpecRecall         float64 `json:"spec_recall"`
+	SpecReads          int64   `json:"spec_reads"`
+	SpecUseful         int64   `json:"spec_useful"`
+	SpecCancelled      int64   `json:"spec_cancelled"`
+	SpecWastedPerToken float64 `json:"spec_wasted_bytes_per_token"`
+	NoScan             bool    `json:"noscan"`
 }
 
 func main() {
@@ -85,6 +102,9 @@ func main() {
 	asJSON := flag.Bool("json", false, "print the results as JSON")
 	rounds := flag.Int("rounds", 2, "runs of each measurement (the best is reported)")
 	cpuProfile := flag.String("cpuprofile", "", "internal: write a CPU profile of the child's measurement")
+	speculate := flag.Int("speculate", runner.DefaultSpeculate, "internal: runner.Options.Speculate (-1: off)")
+	noScan := flag.Bool("noscan", false, "internal: runner.Options.NoScan")
+	specReads := flag.Int("specreads", 0, "internal: runner.Options.SpecReads")
 	flag.Parse()
 	mode, err := expertcache.ParseIOMode(*ioMode)
 	if err != nil {
@@ -108,7 +128,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	if *child != "" {
-		res, err := runChild(*child, *model, *budget, *chunk, *tokens, *prompt, mode)
+		res, err := runChild(*child, *model, *budget, *chunk, *tokens, *prompt, mode, *speculate, *specReads, *noScan)
 		if err != nil {
 			fail(err)
 		}
@@ -136,9 +156,9 @@ func randomTokens(n, vocab int, seed uint64) []int {
 	return out
 }
 
-func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode expertcache.IOMode) (*childResult, error) {
+func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode expertcache.IOMode, spec, specReads int, noScan bool) (*childResult, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := runner.Open(model, runner.Options{ExpertCache: budget, IO: mode, PrefillChunk: chunk, Logger: quiet})
+	r, err := runner.Open(model, runner.Options{ExpertCache: budget, IO: mode, PrefillChunk: chunk, Logger: quiet, Speculate: spec, SpecReads: specReads, NoScan: noScan})
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +168,7 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 	V := r.Model.Config.Vocab
 	s := r.NewSession()
 	ctx := context.Background()
-	out := &childResult{Mode: kind, Budget: r.Cache.Budget(), Chunk: chunk, Dense: r.DenseBytes()}
+	out := &childResult{Mode: kind, Budget: r.Cache.Budget(), Chunk: chunk, Dense: r.DenseBytes(), Speculate: r.Speculate(), NoScan: noScan}
 	// Sampling at temperature 1 from the random model's logits gives varied
 	// tokens, so routing does not settle into a loop.
 	gen := runner.GenOptions{Sample: sampleParams()}
@@ -175,6 +195,13 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 		out.HitRate, out.BytesRead, out.BytesPerToken, out.Loads = st.HitRate(), st.BytesRead, res.BytesReadPerToken(), st.Loads
 		out.ReadP50Ms, out.ReadP99Ms, out.Reads, out.DirectReads = ms(st.ReadP50), ms(st.ReadP99), st.Reads, st.DirectReads
 		out.PeakRSS = res.PeakRSS
+		if st.SpecTargets > 0 {
+			out.SpecRecall = float64(st.SpecCorrect) / float64(st.SpecTargets)
+		}
+		out.SpecReads, out.SpecUseful, out.SpecCancelled = st.SpecReads, st.SpecUseful, st.SpecCancelled
+		if res.DecodeTokens > 0 {
+			out.SpecWastedPerToken = float64(st.SpecWastedBytes) / float64(res.DecodeTokens)
+		}
 	case "prefill":
 		t0 := time.Now()
 		if _, _, err := s.Feed(ctx, randomTokens(prompt, V, 5)); err != nil {
@@ -352,7 +379,15 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	// disturbed by other work.
 	var warm *childResult
 	fracs := []float64{0.05, 0.15, 0.40}
-	rows := make([]decodeRow, len(fracs))
+	// Each budget runs without speculation and with the default (the
+	// model's top-k guessed before each layer's mixer), back to back, the
+	// bandwidth measured before, between and after.
+	specs := []struct {
+		label string
+		arg   int
+	}{{"no speculation", -1}, {"speculating", runner.DefaultSpeculate}}
+	rows := make([]decodeRow, len(fracs)*len(specs))
+	gains := make([][]float64, len(fracs)) // with ÷ without speculation, per round
 	for round := range rounds {
 		w, err := spawn(append([]string{"-child", "warm", "-budget", fmt.Sprint(all)}, base...)...)
 		if err != nil {
@@ -363,22 +398,27 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		}
 		for i, frac := range fracs {
 			b := int64(float64(all) * frac)
-			before, err := bw(uint64(100*round + 10 + i))
-			if err != nil {
+			bws := make([]float64, len(specs)+1)
+			if bws[0], err = bw(uint64(100*round + 10*i)); err != nil {
 				return err
 			}
-			res, err := spawn(append([]string{"-child", "decode", "-budget", fmt.Sprint(b)}, base...)...)
-			if err != nil {
-				return err
+			tps := make([]float64, len(specs))
+			for j, sp := range specs {
+				res, err := spawn(append([]string{"-child", "decode", "-budget", fmt.Sprint(b), "-speculate", fmt.Sprint(sp.arg)}, base...)...)
+				if err != nil {
+					return err
+				}
+				if bws[j+1], err = bw(uint64(100*round + 10*i + j + 1)); err != nil {
+					return err
+				}
+				k := i*len(specs) + j
+				if rows[k].Res == nil || res.TokPerSec > rows[k].Res.TokPerSec {
+					rows[k] = decodeRow{Label: fmt.Sprintf("%.0f%%, %s", frac*100, sp.label), Res: res, BandwidthBps: (bws[j] + bws[j+1]) / 2}
+				}
+				tps[j] = res.TokPerSec
+				fmt.Fprintf(os.Stderr, "round %d: decode with %.0f%% of experts cached, %s: %.2f tok/s\n", round+1, frac*100, sp.label, res.TokPerSec)
 			}
-			after, err := bw(uint64(100*round + 20 + i))
-			if err != nil {
-				return err
-			}
-			if rows[i].Res == nil || res.TokPerSec > rows[i].Res.TokPerSec {
-				rows[i] = decodeRow{Label: fmt.Sprintf("%.0f%% of experts", frac*100), Res: res, BandwidthBps: (before + after) / 2}
-			}
-			fmt.Fprintf(os.Stderr, "round %d: decode with %.0f%% of experts cached: %.2f tok/s\n", round+1, frac*100, res.TokPerSec)
+			gains[i] = append(gains[i], tps[1]/tps[0])
 		}
 	}
 	computeMs := 1e3 / warm.TokPerSec
@@ -399,31 +439,33 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		row.RSSOverAlloc = res.PeakRSS - res.Dense - res.PeakAllocated
 	}
 
-	// Prefill: the same budget (15% of the experts) for both.
+	// Prefill: the same budget (15% of the experts) for all: in chunks
+	// (the cache in scan mode, the default), in chunks with the recency
+	// policy throughout, and token by token.
 	pb := int64(float64(all) * 0.15)
-	pre := make([]*childResult, 2)
+	type preCfg struct {
+		chunk  int
+		noScan bool
+	}
+	cfgs := []preCfg{{runner.DefaultPrefillChunk, false}, {runner.DefaultPrefillChunk, true}, {1, false}}
+	pre := make([]*childResult, len(cfgs))
 	var speedups []float64 // chunked over token by token, within each round
 	for round := range rounds {
-		var pair [2]float64
-		for i, ch := range []int{runner.DefaultPrefillChunk, 1} {
-			res, err := spawn(append([]string{"-child", "prefill", "-budget", fmt.Sprint(pb), "-chunk", fmt.Sprint(ch)}, base...)...)
+		tps := make([]float64, len(cfgs))
+		for i, cf := range cfgs {
+			res, err := spawn(append([]string{"-child", "prefill", "-budget", fmt.Sprint(pb), "-chunk", fmt.Sprint(cf.chunk), fmt.Sprintf("-noscan=%v", cf.noScan)}, base...)...)
 			if err != nil {
 				return err
 			}
 			if pre[i] == nil || res.TokPerSec > pre[i].TokPerSec {
 				pre[i] = res
 			}
-			pair[i] = res.TokPerSec
-			fmt.Fprintf(os.Stderr, "round %d: prefill in chunks of %d: %.2f tok/s\n", round+1, ch, res.TokPerSec)
+			tps[i] = res.TokPerSec
+			fmt.Fprintf(os.Stderr, "round %d: prefill in chunks of %d (scan %v): %.2f tok/s, %d reads\n", round+1, cf.chunk, !cf.noScan, res.TokPerSec, res.Loads)
 		}
-		speedups = append(speedups, pair[0]/pair[1])
+		speedups = append(speedups, tps[0]/tps[2])
 	}
-	sorted := slices.Clone(speedups)
-	slices.Sort(sorted)
-	median := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		median = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-	}
+	median := medianOf(speedups)
 
 	loadAfter := loadAvg()
 	if asJSON {
@@ -431,36 +473,52 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
 			"io": ioName, "readers": readers, "gomaxprocs": goruntime.GOMAXPROCS(0), "decode": rows, "warm": warm, "prefill": pre,
-			"prefill_speedup_best": pre[0].TokPerSec / pre[1].TokPerSec, "prefill_speedup_rounds": speedups, "prefill_speedup_median": median, "loadavg_before": loadBefore, "loadavg_after": loadAfter})
+			"prefill_speedup_best": pre[0].TokPerSec / pre[2].TokPerSec, "speculation_gain_rounds": gains, "prefill_speedup_rounds": speedups, "prefill_speedup_median": median, "loadavg_before": loadBefore, "loadavg_after": loadAfter})
 	}
 	mib := func(n float64) string { return fmt.Sprintf("%.0f MiB", n/(1<<20)) }
 	fmt.Printf("model: %d layers at Qwen3.5/3.6-35B-A3B per-layer dims, vocab %d, %d experts of %d B per layer (%s of experts), io %s, %d reads in flight, GOMAXPROCS %d\n",
 		layers, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
 	fmt.Printf("load average (1 min) before %s, after %s; best of %d rounds\n", loadBefore, loadAfter, rounds)
 	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
-	fmt.Printf("%-17s %9s %8s %11s %10s %11s %11s %8s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "pread BW", "I/O limit", "decode", "vs limit", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
+	fmt.Printf("%-22s %9s %8s %11s %8s %10s %11s %11s %8s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
 	for _, r := range rows {
 		x := r.Res
 		limit, ratio := "-", "-"
 		if r.IOLimitTokS > 0 {
 			limit, ratio = fmt.Sprintf("%.2f tok/s", r.IOLimitTokS), fmt.Sprintf("%.2fx", r.RatioToLimit)
 		}
-		fmt.Printf("%-17s %9s %7.1f%% %11s %7.0f MB/s %11s %5.2f tok/s %8s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
-			mib(x.BytesPerToken), r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
+		guessed := "-"
+		if x.Speculate > 0 {
+			guessed = fmt.Sprintf("%.0f%%", 100*x.SpecRecall)
+		}
+		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
 	}
-	fmt.Printf("%-17s %9s %7.1f%% %11s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
-		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
+	fmt.Printf("%-22s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
+		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
 	fmt.Println("(I/O limit: pread bandwidth / bytes read per token; vs bound: against the lower of the I/O limit and the compute-only rate, what perfect overlap would give; overlap: share of the shorter of compute and I/O time hidden behind the other)")
 	fmt.Printf("(dense weights in RAM: %s; RSS-dense-B is peak RSS minus dense weights minus the cache budget)\n", mib(float64(rows[0].Res.Dense)))
+	fmt.Println("(speculating: each layer's top-k experts guessed from the residual entering it and read during its attention/DeltaNet; guessed: share of the real experts guessed; hit rate and read/token include the guesses' reads)")
+	for i, frac := range fracs {
+		on := rows[i*len(specs)+1].Res
+		fmt.Printf("speculation at %.0f%%: decode with / without, within each round %s, median %.2fx; %d reads ahead, %d useful, %d cancelled, %s per token read for wrong guesses\n",
+			frac*100, fmtRatios(gains[i]), medianOf(gains[i]), on.SpecReads, on.SpecUseful, on.SpecCancelled, mib(on.SpecWastedPerToken))
+	}
 	fmt.Printf("\nprefill of %d tokens, cache %s, cold:\n", prompt, mib(float64(pb)))
 	for _, p := range pre {
 		label := fmt.Sprintf("chunks of %d", p.Chunk)
-		if p.Chunk == 1 {
+		switch {
+		case p.Chunk == 1:
 			label = "token by token"
+		case p.NoScan:
+			label += ", recency"
+		default:
+			label += ", scan"
 		}
-		fmt.Printf("  %-15s %7.2f tok/s (%6.1fs), %6d expert reads, %s read, hit rate %.1f%%\n", label, p.TokPerSec, p.Seconds, p.Loads, mib(float64(p.BytesRead)), 100*p.HitRate)
+		fmt.Printf("  %-23s %7.2f tok/s (%6.1fs), %6d expert reads, %s read, hit rate %.1f%%\n", label, p.TokPerSec, p.Seconds, p.Loads, mib(float64(p.BytesRead)), 100*p.HitRate)
 	}
-	fmt.Printf("  speedup of the best runs %.2fx; within each round %s, median %.2fx (goal >= 4x)\n", pre[0].TokPerSec/pre[1].TokPerSec, fmtRatios(speedups), median)
+	fmt.Printf("  scan policy: %.1f%% fewer expert reads than recency\n", 100*(1-float64(pre[0].Loads)/float64(pre[1].Loads)))
+	fmt.Printf("  speedup of chunks (scan) over token by token: best runs %.2fx; within each round %s, median %.2fx (goal >= 4x)\n", pre[0].TokPerSec/pre[2].TokPerSec, fmtRatios(speedups), median)
 	return nil
 }
 
@@ -533,6 +591,18 @@ func loadAvg() string {
 		return "?"
 	}
 	return f[0]
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 func fmtRatios(v []float64) string {
