@@ -77,11 +77,11 @@ type Options struct {
 	IO     IOMode
 	// Readers bounds the reads in flight (0: DefaultReaders).
 	Readers int
-	// SpecReads bounds the speculative reads (Speculate) in flight at
-	// once (0: DefaultSpecReads). The others wait in the queue, likeliest
-	// first: the next Prefetch turns those it names into ordinary reads
-	// and cancels the rest, so that a wrong guess costs a read only if it
-	// had started. Ordinary reads are never held back.
+	// SpecReads bounds the speculative reads (Speculate) out at once
+	// (0: DefaultSpecReads): the guesses are read likeliest first, the
+	// next starting (and only then taking a slot) as one ends, so that the
+	// reads that a guess starts before the real batch comes match the time
+	// there is for them. Ordinary reads are never held back.
 	SpecReads int
 	// Verify, if set, checks each expert's bytes (buf[:BufSize(l)]) after
 	// its read and before the slot is tagged; an error fails the request.
@@ -139,8 +139,8 @@ type pfEntry struct {
 // specEntry is one expert named by Speculate.
 type specEntry struct {
 	k    key
-	s    *slot // pinned for it
-	read bool  // Speculate started its read
+	s    *slot // pinned for it; nil until its turn comes
+	read bool  // the speculation started its read
 }
 
 // Cache is a bounded expert cache. Expert, Release and Stats are safe for
@@ -168,7 +168,8 @@ type Cache struct {
 	pf        []pfEntry
 	pfIndex   map[key]int
 	spec      []specEntry // the last Speculate's experts, pinned until the next batch
-	specFly   int         // speculative reads in flight
+	specNext  int         // the next guess in spec to start a read for
+	specOut   int         // speculative reads queued or in flight, unclaimed
 	scan      bool        // SetScan: the policy for passes that sweep every layer
 	pfLayer   int         // the layer of the current batch
 	batch     uint64      // Prefetch calls so far
@@ -226,28 +227,21 @@ func New(blobs Blobs, opt Options) (*Cache, error) {
 	return c, nil
 }
 
-// reader is one of the Readers goroutines: it takes queued reads in order,
-// passing over speculative ones while Options.SpecReads of them are in
-// flight.
+// reader is one of the Readers goroutines: it takes queued reads in order.
 func (c *Cache) reader() {
 	defer c.workers.Done()
 	c.mu.Lock()
 	for {
-		i := c.nextRead()
-		for i < 0 && !(c.closed && len(c.queue) == 0) {
+		for len(c.queue) == 0 && !c.closed {
 			c.work.Wait()
-			i = c.nextRead()
 		}
-		if i < 0 {
+		if len(c.queue) == 0 {
 			c.mu.Unlock()
 			return
 		}
-		s := c.queue[i]
-		c.queue = slices.Delete(c.queue, i, i+1)
-		if s.spec {
-			s.fly = true
-			c.specFly++
-		}
+		s := c.queue[0]
+		c.queue[0] = nil
+		c.queue = c.queue[1:]
 		c.st.loads++
 		c.mu.Unlock()
 		c.load(s)
@@ -255,23 +249,12 @@ func (c *Cache) reader() {
 	}
 }
 
-// nextRead returns the index in the queue of the next read to start, or -1.
-// Called with mu held.
-func (c *Cache) nextRead() int {
-	for i, s := range c.queue {
-		if !s.spec || c.closed || c.specFly < c.opt.SpecReads {
-			return i
-		}
-	}
-	return -1
-}
-
 // claim makes s, if a speculative read, an ordinary one: a request needs
 // it. Called with mu held.
 func (c *Cache) claim(s *slot) {
 	if s.spec {
 		s.spec = false
-		c.work.Broadcast()
+		c.specOut--
 	}
 }
 
@@ -405,7 +388,7 @@ func (c *Cache) drop(s *slot) {
 // arrive first. Called with mu held.
 func (c *Cache) startLoad(s *slot, k key, urgent bool) {
 	s.key, s.size = k, c.blobs.BufSize(k.layer())
-	s.state, s.refs, s.err, s.spec = stLoading, 1, nil, false
+	s.state, s.refs, s.err = stLoading, 1, nil
 	s.done = make(chan struct{})
 	c.loading[k] = s
 	if urgent {
@@ -434,10 +417,10 @@ func (c *Cache) load(s *slot) {
 	c.st.directReads += direct
 	c.lat.add(d)
 	delete(c.loading, s.key)
-	if s.fly {
-		s.fly = false
-		c.specFly--
-		c.work.Broadcast()
+	if s.spec {
+		s.spec = false
+		c.specOut--
+		c.specPump()
 	}
 	if err != nil {
 		s.state, s.err = stFailed, err
@@ -518,9 +501,9 @@ func (c *Cache) Prefetch(l int, experts []int) {
 }
 
 // settleSpec ends the last speculation against the batch just announced
-// for layer l (l < 0: none): it counts what the speculation got right,
-// cancels the speculative reads of unneeded experts that have not started,
-// and drops the speculation's pins. Called with mu held.
+// for layer l (l < 0: none): it counts what the guess got right, cancels
+// the speculative reads of unneeded experts that have not started, and
+// drops the speculation's pins. Called with mu held.
 func (c *Cache) settleSpec(l int) {
 	if len(c.spec) == 0 {
 		return
@@ -536,11 +519,19 @@ func (c *Cache) settleSpec(l int) {
 			if ent.read {
 				c.st.specUseful++
 			}
-		} else if ent.read {
+		}
+		if ent.s == nil {
+			continue
+		}
+		if !needed && ent.read {
 			if ent.s.state == stLoading && ent.s.refs == 1 && c.unqueue(ent.s) {
 				// Not started and nobody else waits for it: give the
 				// slot back unread.
 				delete(c.loading, ent.k)
+				if ent.s.spec {
+					ent.s.spec = false
+					c.specOut--
+				}
 				ent.s.state, ent.s.refs = stFree, 0
 				ent.s.w = runtime.ExpertWeights{}
 				close(ent.s.done)
@@ -553,7 +544,7 @@ func (c *Cache) settleSpec(l int) {
 		c.releaseLocked(ent.s, 1)
 	}
 	clear(c.spec)
-	c.spec = c.spec[:0]
+	c.spec, c.specNext = c.spec[:0], 0
 }
 
 // unqueue removes s from the read queue if its read has not started.
@@ -569,12 +560,14 @@ func (c *Cache) unqueue(s *slot) bool {
 
 // Speculate implements runtime.ExpertSpeculator: experts (most likely
 // first) are a guess at what the next Prefetch, for layer l, will name. It
-// pins those that are resident or being read and starts reads for the
-// others while a slot can be had without waiting, and returns at once. The
-// guess does not count as a use (neither in the requests and hits nor in
-// the use counts the policy keeps); the next Prefetch drops its pins and
-// cancels its unstarted reads of experts that batch does not name. A
-// Speculate replaces the previous one's pins.
+// pins those that are resident or being read, and reads the others in
+// order, at most Options.SpecReads at a time, each taking a slot (evicting,
+// if need be) only when its read starts and only while a slot can be had
+// without waiting. It returns at once. The guess does not count as a use
+// (neither in the requests and hits nor in the use counts the policy
+// keeps). The next Prefetch ends it: the guesses it names become ordinary
+// requests, the others are dropped (their reads cancelled if not started).
+// A Speculate replaces the previous one.
 func (c *Cache) Speculate(l int, experts []int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -590,6 +583,7 @@ func (c *Cache) Speculate(l int, experts []int) {
 		if slices.ContainsFunc(c.spec, func(x specEntry) bool { return x.k == k }) {
 			continue
 		}
+		c.st.specNamed++
 		ent := specEntry{k: k}
 		if s := c.index[k]; s != nil {
 			s.refs++
@@ -597,17 +591,38 @@ func (c *Cache) Speculate(l int, experts []int) {
 		} else if s := c.loading[k]; s != nil {
 			s.refs++
 			ent.s = s
-		} else if s, err := c.grab(c.blobs.BufSize(l)); err == nil && s != nil {
-			c.startLoad(s, k, false)
-			s.spec = true
-			s.tick = c.tick
-			c.st.specReads++
-			ent.s, ent.read = s, true
-		} else {
-			break // no room: the rest are less likely anyway
 		}
-		c.st.specNamed++
 		c.spec = append(c.spec, ent)
+	}
+	c.specPump()
+}
+
+// specPump starts the speculation's next reads, in order, while fewer than
+// Options.SpecReads are out and slots can be had. Called with mu held.
+func (c *Cache) specPump() {
+	for c.specNext < len(c.spec) && c.specOut < c.opt.SpecReads && !c.closed {
+		ent := &c.spec[c.specNext]
+		if ent.s == nil {
+			if s := c.index[ent.k]; s != nil { // read meanwhile by a request
+				s.refs++
+				ent.s = s
+			} else if s := c.loading[ent.k]; s != nil {
+				s.refs++
+				ent.s = s
+			} else {
+				s, err := c.grab(c.blobs.BufSize(ent.k.layer()))
+				if err != nil || s == nil {
+					return // retried when a read ends
+				}
+				c.startLoad(s, ent.k, false)
+				s.spec = true
+				s.tick = c.tick
+				c.specOut++
+				c.st.specReads++
+				ent.s, ent.read = s, true
+			}
+		}
+		c.specNext++
 	}
 }
 
@@ -901,13 +916,12 @@ type Stats struct {
 	ReadP99     time.Duration
 
 	// Speculation (Speculate, then the next Prefetch of the same layer):
-	// experts named and pinned or queued (a guess stops at the first one
-	// that finds no free slot); of those, the ones that Prefetch named too; the
+	// experts guessed; of those, the ones that Prefetch named too; the
 	// experts that Prefetch named (SpecCorrect/SpecTargets is the share of
-	// the real batch that was foreseen); the reads Speculate queued; of
+	// the real batch that was foreseen); the reads the guesses started; of
 	// those, the ones for experts the batch named; the ones cancelled
-	// before they started (the batch did not name them); and the bytes of
-	// the others, read for nothing.
+	// before a reader took them (the batch did not name them); and the
+	// bytes of the others, read for nothing.
 	SpecNamed, SpecCorrect, SpecTargets  int64
 	SpecReads, SpecUseful, SpecCancelled int64
 	SpecWastedBytes                      int64

@@ -379,7 +379,7 @@ func TestConcurrentBudget(t *testing.T) {
 // resident (hits), and the wrong ones count as wasted bytes.
 func TestSpeculateThenPrefetch(t *testing.T) {
 	f := newFake(t, 2, 8, 4096, 4096, 1)
-	c := mustNew(t, f, Options{Budget: 4 * 4096})
+	c := mustNew(t, f, Options{Budget: 4 * 4096, SpecReads: 3})
 	get(t, c, f, 0, 7) // resident, one use
 	c.Speculate(1, []int{3, 5, 6, 3, 99})
 	if st := c.Stats(); st.Requests != 1 || st.SpecNamed != 3 || st.SpecReads != 3 {
@@ -415,7 +415,7 @@ func TestSpeculateThenPrefetch(t *testing.T) {
 func TestSpeculateCancelsUnstartedReads(t *testing.T) {
 	f := newFake(t, 1, 8, 4096, 4096, 1)
 	f.block = make(chan struct{})
-	c := mustNew(t, f, Options{Budget: 4 * 4096, Readers: 1})
+	c := mustNew(t, f, Options{Budget: 4 * 4096, Readers: 1, SpecReads: 3})
 	c.Speculate(0, []int{0, 1, 2})
 	// The one reader takes 0/0 and blocks in it; 0/1 and 0/2 stay queued.
 	deadline := time.Now().Add(5 * time.Second)
@@ -469,32 +469,42 @@ func waitFor(t *testing.T, c *Cache, what string, cond func() bool) {
 	}
 }
 
-// At most SpecReads speculative reads run at once, likeliest first; the
-// others wait in the queue while ordinary reads pass them. A batch that
-// names a waiting guess makes it an ordinary read, which starts at once.
+// At most SpecReads speculative reads are out at once, likeliest first,
+// each taking a slot only when it starts; one ending starts the next. A
+// batch turns a guess being read into an ordinary request, and drops the
+// guesses not yet started without reading them or evicting for them.
 func TestSpecReadsBound(t *testing.T) {
 	f := newFake(t, 1, 8, 4096, 4096, 1)
-	f.block = make(chan struct{})
 	c := mustNew(t, f, Options{Budget: 8 * 4096, Readers: 4, SpecReads: 1})
 	c.Speculate(0, []int{0, 1, 2})
-	waitFor(t, c, "the first guess to start", func() bool { return c.specFly == 1 && len(c.queue) == 2 })
-	c.Prefetch(0, []int{1, 5})
-	// 0/1 (claimed) and 0/5 start though a guess is in flight; 0/2 is
-	// cancelled; 0/0 is still reading (blocked).
-	waitFor(t, c, "the batch's reads to start", func() bool { return len(c.queue) == 0 })
-	if st := c.Stats(); st.Loads != 3 || st.SpecCancelled != 1 {
-		t.Fatalf("%+v: want 3 reads started (0/0, 0/1, 0/5), 1 guess cancelled (0/2)", st)
+	waitFor(t, c, "the guesses to be read one after the other", func() bool { return c.st.specReads == 3 && len(c.loading) == 0 })
+	if got, want := resident(c, 1, 8), "0/0 0/1 0/2"; got != want {
+		t.Fatalf("resident %q, want %q", got, want)
 	}
+	c.Prefetch(0, []int{0})
+	get(t, c, f, 0, 0)
+
+	f.block = make(chan struct{})
+	c.Speculate(0, []int{3, 4, 5})
+	waitFor(t, c, "the first guess to start", func() bool { return c.specOut == 1 && len(c.queue) == 0 && len(c.loading) == 1 })
+	before := c.Stats()
+	c.Prefetch(0, []int{3, 6})
 	close(f.block)
-	get(t, c, f, 0, 1)
-	get(t, c, f, 0, 5)
+	get(t, c, f, 0, 3)
+	get(t, c, f, 0, 6)
 	c.waitReads()
 	st := c.Stats()
-	if st.SpecUseful != 1 || st.SpecWastedBytes != 4096 || c.specFly != 0 {
-		t.Errorf("%+v: want 1 useful guess (0/1), 4096 bytes wasted (0/0), none in flight (%d)", st, c.specFly)
+	if st.SpecReads != 4 || st.SpecNamed != 6 || st.SpecCorrect != 2 || st.SpecUseful != 2 || st.SpecCancelled != 0 || st.SpecWastedBytes != 2*4096 {
+		t.Errorf("%+v: want 4 guesses read of 6, 2 right and read, 8192 bytes wasted (0/1, 0/2)", st)
 	}
-	if got, want := resident(c, 1, 8), "0/0 0/1 0/5"; got != want {
+	if st.Loads-before.Loads != 1 || st.Allocated != 5*4096 {
+		t.Errorf("%d reads after the guess, %d bytes allocated: want one read (0/6) and five slots (4 and 5 never took one)", st.Loads-before.Loads, st.Allocated)
+	}
+	if got, want := resident(c, 1, 8), "0/0 0/1 0/2 0/3 0/6"; got != want {
 		t.Errorf("resident %q, want %q", got, want)
+	}
+	if c.specOut != 0 {
+		t.Errorf("%d speculative reads still counted out", c.specOut)
 	}
 }
 
@@ -504,9 +514,10 @@ func TestSpecReadsBound(t *testing.T) {
 func TestSpeculationYieldsToRequests(t *testing.T) {
 	f := newFake(t, 2, 8, 4096, 4096, 1)
 	c := mustNew(t, f, Options{Budget: 2 * 4096})
-	c.Speculate(0, []int{0, 1, 2}) // two slots: the third guess is dropped
-	if st := c.Stats(); st.SpecNamed != 2 || st.SpecReads != 2 {
-		t.Fatalf("%+v: want 2 named and read (no room for the third)", st)
+	c.Speculate(0, []int{0, 1, 2}) // two slots: the third guess is not read
+	c.waitReads()
+	if st := c.Stats(); st.SpecNamed != 3 || st.SpecReads != 2 {
+		t.Fatalf("%+v: want 3 guesses, 2 read (no room for the third)", st)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -525,7 +536,7 @@ func TestSpeculationYieldsToRequests(t *testing.T) {
 	c.waitReads()
 	before := c.Stats()
 	c.Speculate(0, []int{4})
-	if st := c.Stats(); st.SpecReads != before.SpecReads || st.SpecNamed != before.SpecNamed {
+	if st := c.Stats(); st.SpecReads != before.SpecReads || st.Evicted != before.Evicted {
 		t.Errorf("a guess started a read with the budget pinned: %+v", st)
 	}
 	c.Release(w5)
