@@ -80,7 +80,11 @@ type DeepReport struct {
 	ExpertSlices    int          `json:"expertSlices"`    // (layer, expert, section) slices compared
 	BytesCompared   int64        `json:"bytesCompared"`   // container bytes compared with the source
 	SourceBytesRead int64        `json:"sourceBytesRead"` // bytes read from the source
-	Seconds         float64      `json:"seconds"`
+	// Shared: the digest pass ran alongside, and the container files it
+	// shared were read from the disk once (see DeepOptions.Window).
+	Shared bool `json:"shared,omitempty"`
+	// Seconds is the time of the deep check; when Shared, of both passes.
+	Seconds float64 `json:"seconds"`
 }
 
 // ShardCheck is one source shard's hash check.
@@ -227,6 +231,7 @@ func (v *verifier) hashAndDeep(ctx context.Context, dp *deepPlan) error {
 	start := time.Now()
 	jobs, hashTotal := v.hashPrepare()
 	sh := newShare(v, jobs, dp.perShard, v.o.Deep.Window)
+	dp.rep.Shared = true
 	defer sh.watch(ctx)()
 	var hashed, streamed, compared atomic.Int64
 	stop := make(chan struct{})

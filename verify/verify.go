@@ -56,16 +56,20 @@ type Options struct {
 	// Progress, if set, is called from one goroutine at a time, a few times
 	// a second and once at the end of each phase.
 	Progress func(Progress)
-	// Deep, if set, compares the container byte for byte with its source
-	// after the digest checks.
+	// Deep, if set, compares the container byte for byte with its source,
+	// alongside the digest checks (see DeepOptions.Window) or after them.
 	Deep   *DeepOptions
 	Logger *slog.Logger
 }
 
 // Progress reports how far a phase is.
 type Progress struct {
-	Phase string // "hash" (the container's digests) or "deep" (against the source)
-	Done  int64  // bytes
+	// Phase is "hash" (the container's digests) or "deep" (against the
+	// source). When both run together (DeepOptions.Window) there is one
+	// phase, "deep", counting the container bytes hashed and the source
+	// bytes streamed.
+	Phase string
+	Done  int64 // bytes
 	Total int64
 }
 
