@@ -173,23 +173,53 @@ func (w *Writer) LayerFile(l int) (*os.File, error) {
 // within the file (ExpertCount x stride bytes), and the layer must not be
 // sealed.
 func (w *Writer) WriteAt(l int, p []byte, off int64) (int, error) {
-	f, err := w.LayerFile(l)
+	f, done, err := w.layerForWrite(l, off, int64(len(p)))
 	if err != nil {
 		return 0, err
 	}
-	if off < 0 || off > w.layout.LayerSize() || int64(len(p)) > w.layout.LayerSize()-off {
-		return 0, fmt.Errorf("qpack: %s: write of %d bytes at %d is outside the file (%d bytes)", LayerFile(l), len(p), off, w.layout.LayerSize())
-	}
-	w.layerMu[l].RLock()
-	defer w.layerMu[l].RUnlock()
-	if w.sealed[l] {
-		return 0, fmt.Errorf("qpack: %s: write of %d bytes at %d after the layer was sealed", LayerFile(l), len(p), off)
-	}
+	defer done()
 	n, err := f.WriteAt(p, off)
 	if err != nil {
 		err = fmt.Errorf("qpack: %s: %w", LayerFile(l), err)
 	}
 	return n, err
+}
+
+// CopyFrom copies n bytes of src, from its byte srcOff, to byte off of
+// layer l's file, with the checks of WriteAt. On Linux the bytes are
+// copied inside the kernel (copy_file_range) and never pass through user
+// memory.
+func (w *Writer) CopyFrom(l int, src *os.File, srcOff, off, n int64) error {
+	f, done, err := w.layerForWrite(l, off, n)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if srcOff < 0 {
+		return fmt.Errorf("qpack: %s: copy from negative offset %d of %s", LayerFile(l), srcOff, src.Name())
+	}
+	if err := copyRange(f, off, src, srcOff, n); err != nil {
+		return fmt.Errorf("qpack: %s: copying %d bytes from %s at %d: %w", LayerFile(l), n, src.Name(), srcOff, err)
+	}
+	return nil
+}
+
+// layerForWrite checks a write of n bytes at off of layer l and returns
+// the file; done must be called once the write is over (a concurrent
+// SealLayer waits for it).
+func (w *Writer) layerForWrite(l int, off, n int64) (f *os.File, done func(), err error) {
+	if f, err = w.LayerFile(l); err != nil {
+		return nil, nil, err
+	}
+	if n < 0 || off < 0 || off > w.layout.LayerSize() || n > w.layout.LayerSize()-off {
+		return nil, nil, fmt.Errorf("qpack: %s: write of %d bytes at %d is outside the file (%d bytes)", LayerFile(l), n, off, w.layout.LayerSize())
+	}
+	w.layerMu[l].RLock()
+	if w.sealed[l] {
+		w.layerMu[l].RUnlock()
+		return nil, nil, fmt.Errorf("qpack: %s: write of %d bytes at %d after the layer was sealed", LayerFile(l), n, off)
+	}
+	return f, w.layerMu[l].RUnlock, nil
 }
 
 // LayerWriterAt returns an io.WriterAt over layer l's file (see WriteAt).
@@ -276,21 +306,46 @@ func (w *Writer) CreateDense(specs []safetensors.Spec, metadata map[string]strin
 // WriteDense writes p at absolute byte off of model.safetensors; the range
 // must lie in the data area (after the header).
 func (w *Writer) WriteDense(p []byte, off int64) (int, error) {
-	w.mu.RLock()
-	f, plan := w.dense, w.densePlan
-	w.mu.RUnlock()
-	if f == nil {
-		return 0, fmt.Errorf("qpack: %s: CreateDense has not been called", DenseName)
-	}
-	start := int64(len(plan.Header))
-	if off < start || off > plan.Size || int64(len(p)) > plan.Size-off {
-		return 0, fmt.Errorf("qpack: %s: write of %d bytes at %d is outside the data area [%d, %d)", DenseName, len(p), off, start, plan.Size)
+	f, err := w.denseForWrite(off, int64(len(p)))
+	if err != nil {
+		return 0, err
 	}
 	n, err := f.WriteAt(p, off)
 	if err != nil {
 		err = fmt.Errorf("qpack: %s: %w", DenseName, err)
 	}
 	return n, err
+}
+
+// CopyDenseFrom copies n bytes of src, from its byte srcOff, to absolute
+// byte off of model.safetensors, with the checks of WriteDense (and
+// inside the kernel, as CopyFrom).
+func (w *Writer) CopyDenseFrom(src *os.File, srcOff, off, n int64) error {
+	f, err := w.denseForWrite(off, n)
+	if err != nil {
+		return err
+	}
+	if srcOff < 0 {
+		return fmt.Errorf("qpack: %s: copy from negative offset %d of %s", DenseName, srcOff, src.Name())
+	}
+	if err := copyRange(f, off, src, srcOff, n); err != nil {
+		return fmt.Errorf("qpack: %s: copying %d bytes from %s at %d: %w", DenseName, n, src.Name(), srcOff, err)
+	}
+	return nil
+}
+
+func (w *Writer) denseForWrite(off, n int64) (*os.File, error) {
+	w.mu.RLock()
+	f, plan := w.dense, w.densePlan
+	w.mu.RUnlock()
+	if f == nil {
+		return nil, fmt.Errorf("qpack: %s: CreateDense has not been called", DenseName)
+	}
+	start := int64(len(plan.Header))
+	if n < 0 || off < start || off > plan.Size || n > plan.Size-off {
+		return nil, fmt.Errorf("qpack: %s: write of %d bytes at %d is outside the data area [%d, %d)", DenseName, n, off, start, plan.Size)
+	}
+	return f, nil
 }
 
 // WriteDenseTensor writes p at byte off within tensor name of

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,15 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 		}
 	}
 	sh := x.shards[r.shard]
+	if fb, ok := sh.(fileBacked); ok && kernelCopy {
+		if err := x.copyPieces(ctx, r, pcs, gap, fb.file()); err != nil {
+			return fmt.Errorf("source shard %s, bytes %d-%d: %w", sh.Name(), r.off, r.end, err)
+		}
+		if x.hooks != nil && x.hooks.afterRange != nil {
+			x.hooks.afterRange(r, job.redo)
+		}
+		return nil
+	}
 	consume := func(body io.Reader) error {
 		pos := r.off
 		pi := 0          // current piece
@@ -204,6 +214,48 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 	}
 	if x.hooks != nil && x.hooks.afterRange != nil {
 		x.hooks.afterRange(r, job.redo)
+	}
+	return nil
+}
+
+// fileBacked is implemented by shards that are local files: their pieces
+// are copied inside the kernel rather than through a buffer (the
+// committer re-reads what landed either way).
+type fileBacked interface {
+	file() *os.File
+}
+
+// kernelCopy says whether Writer.CopyFrom copies inside the kernel here;
+// elsewhere streaming through a tile is as good.
+const kernelCopy = runtime.GOOS == "linux"
+
+// copyPieces copies the pieces of range r from the source file src to
+// their destinations; gap bytes go to the spill file gap when it is not
+// nil.
+func (x *executor) copyPieces(ctx context.Context, r srcRange, pcs []piece, gap *os.File, src *os.File) error {
+	var gapOff int64
+	for _, pc := range pcs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var err error
+		switch {
+		case pc.dst == dstGap:
+			if gap != nil {
+				if err = qpack.CopyFileRange(gap, gapOff, src, pc.srcOff, pc.n); err != nil {
+					err = fmt.Errorf("spilling gap bytes: %w", err)
+				}
+			}
+			gapOff += pc.n
+		case pc.dst == dstDense:
+			err = x.w.CopyDenseFrom(src, pc.srcOff, pc.dstOff, pc.n)
+		default:
+			err = x.w.CopyFrom(pc.dst, src, pc.srcOff, pc.dstOff, pc.n)
+		}
+		if err != nil {
+			return err
+		}
+		x.fetched.Add(pc.n)
 	}
 	return nil
 }

@@ -170,6 +170,7 @@ type fileShard struct {
 func (s *fileShard) Name() string   { return s.name }
 func (s *fileShard) Size() int64    { return s.size }
 func (s *fileShard) SHA256() string { return "" }
+func (s *fileShard) file() *os.File { return s.File }
 
 // OpenDir opens the checkpoint in dir: its shards are opened for reading and
 // kept open until Close.
