@@ -67,10 +67,11 @@
 // POSIX_FADV_DONTNEED as soon as it has been copied out. Measured and left
 // out: POSIX_FADV_WILLNEED on the next block (a quarter more CPU cold, no
 // faster), mmap instead of pread (a quarter less CPU warm, a quarter more
-// cold, and an I/O error becomes SIGBUS), and O_DIRECT (aligned buffers,
-// offsets and lengths, refused by some file systems such as tmpfs and
-// several FUSE and network mounts, and it would read from the disk what
-// the page cache already holds, as after a copy). On darwin reads use
+// cold, and an I/O error becomes SIGBUS), and O_DIRECT for this pass
+// (aligned buffers, offsets and lengths, refused by some file systems such
+// as tmpfs and several FUSE and network mounts, and it would read from the
+// disk what the page cache already holds, as after a copy; the deep check
+// uses it, with a fallback, see below). On darwin reads use
 // F_NOCACHE. Options.KeepCache turns all of this off. (A deep check run
 // alongside keeps the pages of a container file until they are compared,
 // bounded by DeepOptions.Window; see below.)
@@ -124,21 +125,22 @@
 // results are the same either way (the tests run both).
 //
 // Source shards on a local disk are read with O_DIRECT where their pages
-// are not cached (mincore tells), and the deep check's own container reads
-// too: the disk writes into the buffer, which saves the kernel's copy and
+// are not cached (mincore tells), and so are the container files the deep
+// check reads on its own (not shared): the disk writes into the buffer, which saves the kernel's copy and
 // its cache bookkeeping and needs no dropping; file systems that refuse it
 // get ordinary reads.
 //
 // Measured (bench/verify, 2 cores shared with other work, a virtual disk
-// of about 1.3 GB/s, 2.85 GB container and source, cold): the whole
-// `verify-install --deep` took 10.1 s with the passes in turn before this
-// design, and takes 5.1 to 5.9 s together, 0.86 to 0.95x of a plain read
-// of the source and the container (5.7 GB the run must read); against a
-// plain read of the source alone (2.4 to 3.0 s) that is 0.4 to 0.5x, and
-// cannot be much more on a disk that both reads share. The CPU time is
-// about 5.4 s, of which sha256 2.5 s (SHA-NI, at the speed of OpenSSL
-// here) and BLAKE3 1.4 s: on 2 busy cores the run is CPU-bound. Measured
-// and left out: hashing shared files through the mapping (MADV_POPULATE_READ)
+// of about 1.3 GB/s, 2.85 GB container and as much source, cold): the
+// whole `verify-install --deep` took 10 to 19 s with the passes in turn
+// (before this design, depending on the load of the machine) and takes 5.1
+// to 7.5 s together; the benchmark's best of 3 is 5.3 s, 0.86x of a plain
+// read of the source and the container (4.6 s: the bytes the run must
+// read). Against a plain read of the source alone (2.1 s) that is 0.39x,
+// and it cannot come near 1 while both reads share one disk. The CPU time
+// is about 5.5 s, of which sha256 2.5 s (SHA-NI, as fast as OpenSSL here)
+// and BLAKE3 1.4 s: on busy cores the run is CPU-bound. Measured and left
+// out: hashing the shared files through the mapping (MADV_POPULATE_READ)
 // instead of reading them, which moved CPU time from the kernel to the
 // hashers without saving any.
 //
