@@ -195,6 +195,7 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 		out.HitRate, out.BytesRead, out.BytesPerToken, out.Loads = st.HitRate(), st.BytesRead, res.BytesReadPerToken(), st.Loads
 		out.ReadP50Ms, out.ReadP99Ms, out.Reads, out.DirectReads = ms(st.ReadP50), ms(st.ReadP99), st.Reads, st.DirectReads
 		out.PeakRSS = res.PeakRSS
+		out.StallSeconds = st.Stall.Seconds()
 		if st.SpecTargets > 0 {
 			out.SpecRecall = float64(st.SpecCorrect) / float64(st.SpecTargets)
 		}
