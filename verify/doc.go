@@ -52,7 +52,19 @@
 // damaged digest shows as a mismatch, and --full tells which side is at
 // fault), and, once a verification has passed, its BLAKE3 against the
 // receipt that verification left in the container: from then on any change
-// to any byte of it is reported.
+// to any byte of it is reported. Before that, on a first verification, its
+// descriptive fields are checked against files the digests do cover:
+// quantBits and quantGroupSize against the expert sections of layout.json
+// (absent or null for float experts; for quantized ones bits in {2, 3, 4,
+// 5, 6, 8}, group in {32, 64, 128}, and for every projection the inputs
+// packed in the U32 weight, columns x 32 / bits, equal the scales' columns
+// x group) and against the quantization config.json declares (the
+// per-module override of the layer-0 switch_mlp or switch_glu projection,
+// else the global bits and group_size), and modelName against config.json's
+// model_type. A mismatch is a container problem naming manifest.json and
+// the key. The free-text fields (sourceCheckpoint, qpack.toolVersion and
+// qpack.source's provenance) have nothing to be checked against: only the
+// receipt of an earlier verification protects them.
 //
 // Without digests (Swiftlet writes none) every file is still read and
 // hashed, for the receipt, and the padding checked; the report notes that

@@ -242,6 +242,7 @@ func (v *verifier) inventory() error {
 
 	v.loadLayout()
 	v.loadDense()
+	v.checkFacts()
 	return nil
 }
 
