@@ -133,7 +133,9 @@ func TestFactsOverride(t *testing.T) {
 			r := run(t, f.dir, Options{})
 			wantStatus(t, r, StatusDamaged)
 			for _, key := range []string{"quantBits", "quantGroupSize"} {
-				if len(find(r, func(p Problem) bool { return p.File == qpack.ManifestName && p.Key == key && strings.Contains(p.Message, configName) })) != 1 {
+				if len(find(r, func(p Problem) bool {
+					return p.File == qpack.ManifestName && p.Key == key && strings.Contains(p.Message, configName)
+				})) != 1 {
 					t.Fatalf("want one %s problem against %s:\n%s", key, configName, dump(r))
 				}
 			}
