@@ -421,11 +421,6 @@ func (c *Cache) load(s *slot) {
 	c.st.directReads += direct
 	c.lat.add(d)
 	delete(c.loading, s.key)
-	if s.spec {
-		s.spec = false
-		c.specOut--
-		c.specPump()
-	}
 	if err != nil {
 		s.state, s.err = stFailed, err
 		c.releaseLocked(s, 0) // frees it now if nobody holds it
@@ -434,6 +429,11 @@ func (c *Cache) load(s *slot) {
 		c.index[s.key] = s
 	}
 	close(s.done)
+	if s.spec { // an unclaimed guess: the next one may start
+		s.spec = false
+		c.specOut--
+		c.specPump()
+	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
 }
