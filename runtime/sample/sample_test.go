@@ -332,13 +332,18 @@ func TestEOSFromJSON(t *testing.T) {
 		{`{"eos_token_id": [151645, 151643]}`, []int{151645, 151643}},
 		{`{"eos_token_id": null}`, nil},
 		{`{"bos_token_id": 1}`, nil},
+		// Qwen3.5/3.6 keep it in text_config; both places are read.
+		{`{"text_config": {"eos_token_id": 248044}}`, []int{248044}},
+		{`{"eos_token_id": [5, 7], "text_config": {"eos_token_id": [7, 9]}}`, []int{5, 7, 9}},
+		{`{"text_config": null}`, nil},
 	} {
 		got, err := EOSFromJSON("g.json", []byte(c.data))
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v %v", c.data, got, err)
 		}
 	}
-	for _, bad := range []string{`{"eos_token_id": "x"}`, `{"eos_token_id": -1}`, `{"eos_token_id": [1, 99999999999]}`, `{`, `{"eos_token_id": 1.5}`} {
+	for _, bad := range []string{`{"eos_token_id": "x"}`, `{"eos_token_id": -1}`, `{"eos_token_id": [1, 99999999999]}`, `{`, `{"eos_token_id": 1.5}`,
+		`{"text_config": {"eos_token_id": "x"}}`, `{"text_config": 3}`} {
 		if _, err := EOSFromJSON("g.json", []byte(bad)); err == nil || !strings.Contains(err.Error(), "g.json") {
 			t.Errorf("%s: %v", bad, err)
 		}
@@ -355,6 +360,31 @@ func TestEOSFromJSON(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"eos_token_id": "bad"}`), 0o644)
 	if _, err := LoadEOS(dir); err == nil || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("bad config: %v", err)
+	}
+}
+
+// Without generation_config.json the EOS ids come from config.json's
+// text_config: the committed tiny qwen3_5_moe model and the real Qwen3.6
+// config (248044 is <|im_end|> in its vocabulary).
+func TestLoadEOSTextConfig(t *testing.T) {
+	for _, c := range []struct {
+		config string
+		want   []int
+	}{
+		{"../../testdata/tiny/qwen3_5_moe-q4g32/config.json", []int{356}},
+		{"../testdata/configs/qwen3_6_35b_hf.json", []int{248044}},
+	} {
+		data, err := os.ReadFile(c.config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ids, err := LoadEOS(dir); err != nil || !slices.Equal(ids, c.want) {
+			t.Errorf("%s without generation_config.json: LoadEOS = %v %v, want %v", c.config, ids, err, c.want)
+		}
 	}
 }
 

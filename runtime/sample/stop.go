@@ -108,19 +108,50 @@ const (
 )
 
 // EOSFromJSON reads eos_token_id (an integer or a list of integers) from a
-// generation_config.json or config.json; name is used in errors. A file
-// without the field gives no ids and no error.
+// generation_config.json or config.json, at the top level and in
+// "text_config" (where Qwen3.5/3.6 configs keep it), in that order without
+// duplicates; name is used in errors. A file without the field gives no ids
+// and no error.
 func EOSFromJSON(name string, data []byte) ([]int, error) {
 	if len(data) > maxConfigSize {
 		return nil, fmt.Errorf("sample: %s: more than %d bytes", name, maxConfigSize)
 	}
-	var cfg struct {
+	type eosField struct {
 		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	var cfg struct {
+		eosField
+		Text *eosField `json:"text_config"`
 	}
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("sample: %s: %w", name, err)
 	}
-	raw := bytes.TrimSpace(cfg.EOS)
+	var text json.RawMessage
+	if cfg.Text != nil {
+		text = cfg.Text.EOS
+	}
+	var out []int
+	for _, f := range []struct {
+		field string
+		raw   json.RawMessage
+	}{{"eos_token_id", cfg.EOS}, {"text_config.eos_token_id", text}} {
+		ids, err := parseEOS(name, f.field, f.raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out, nil
+}
+
+// parseEOS reads one eos_token_id value: an integer, a list of integers, or
+// null.
+func parseEOS(name, field string, raw json.RawMessage) ([]int, error) {
+	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -129,15 +160,15 @@ func EOSFromJSON(name string, data []byte) ([]int, error) {
 	if err := json.Unmarshal(raw, &one); err == nil {
 		ids = []int64{one}
 	} else if err := json.Unmarshal(raw, &ids); err != nil {
-		return nil, fmt.Errorf("sample: %s: eos_token_id is neither an integer nor a list of integers", name)
+		return nil, fmt.Errorf("sample: %s: %s is neither an integer nor a list of integers", name, field)
 	}
 	if len(ids) > maxEOSIDs {
-		return nil, fmt.Errorf("sample: %s: %d eos_token_id values, more than %d", name, len(ids), maxEOSIDs)
+		return nil, fmt.Errorf("sample: %s: %d %s values, more than %d", name, len(ids), field, maxEOSIDs)
 	}
 	out := make([]int, 0, len(ids))
 	for _, id := range ids {
 		if id < 0 || id >= maxTokenID {
-			return nil, fmt.Errorf("sample: %s: eos_token_id %d out of range", name, id)
+			return nil, fmt.Errorf("sample: %s: %s %d out of range", name, field, id)
 		}
 		out = append(out, int(id))
 	}
@@ -145,7 +176,8 @@ func EOSFromJSON(name string, data []byte) ([]int, error) {
 }
 
 // LoadEOS collects the EOS ids of a model directory from
-// generation_config.json and config.json (either may be missing), without
+// generation_config.json and config.json (either may be missing; in
+// config.json both the top level and "text_config"), without
 // duplicates, in ascending order.
 func LoadEOS(dir string) ([]int, error) {
 	set := map[int]bool{}
