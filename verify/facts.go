@@ -37,6 +37,10 @@ func (v *verifier) checkFacts() {
 		v.problem(Problem{Scope: ScopeContainer, Kind: KindManifest, File: qpack.ManifestName, Key: key,
 			Message: fmt.Sprintf(format, args...)})
 	}
+	if v.rep.VerifiedBefore == "" {
+		v.note("no receipt of an earlier verification: %s is covered by no digest; its quantBits, quantGroupSize and modelName are checked against %s and %s, but its free-text fields (sourceCheckpoint, qpack.toolVersion, qpack.source) have nothing to be checked against: only the receipt this verification leaves protects them from now on",
+			qpack.ManifestName, qpack.LayoutName, configName)
+	}
 	var lq *layoutQuant
 	if v.layout != nil {
 		var err error

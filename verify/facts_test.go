@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/zeebo/blake3"
@@ -23,9 +24,30 @@ func TestFactsIntact(t *testing.T) {
 			}
 			r := run(t, f.dir, Options{})
 			wantStatus(t, r, StatusOK)
+			free := 0
 			for _, n := range r.Notes {
-				if strings.Contains(n, "not checked") || strings.Contains(n, configName) {
+				if strings.Contains(n, "free-text fields") {
+					free++
+				} else if strings.Contains(n, "not checked") || strings.Contains(n, configName) {
 					t.Fatalf("note: %s", n)
+				}
+			}
+			if free != 1 {
+				t.Fatalf("want one note on the free-text fields: %q", r.Notes)
+			}
+			// With a receipt, they are protected: no such note.
+			rc, err := NewReceipt(r, "test", time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteReceipt(filepath.Join(f.dir, ReceiptName), rc); err != nil {
+				t.Fatal(err)
+			}
+			r = run(t, f.dir, Options{})
+			wantStatus(t, r, StatusOK)
+			for _, n := range r.Notes {
+				if strings.Contains(n, "free-text fields") {
+					t.Fatalf("note with a receipt: %s", n)
 				}
 			}
 		})
