@@ -65,7 +65,7 @@ func chatAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		rep := newRunReport(r, res)
+		rep := newRunReport(r, res, s.gen.Sample)
 		reports = append(reports, chatTurn{User: turn, runReport: rep})
 		if !s.json {
 			fmt.Fprint(out, "\n\n")

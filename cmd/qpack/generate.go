@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -46,7 +49,7 @@ func runFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability (0: off)"},
 		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen (0 or 1: off)"},
 		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtracted once from the logit of each token already seen"},
-		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling"},
+		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling (default: a random one, reported in the summary and --json \"seed\")"},
 		&cli.StringSliceFlag{Name: "stop", Usage: "stop when the text contains this string (repeatable)"},
 		&cli.StringFlag{Name: "system", Usage: "system prompt (chat)"},
 		&cli.BoolFlag{Name: "no-think", Usage: "ask a Qwen3 chat template for no reasoning block (enable_thinking=false)"},
@@ -132,6 +135,11 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	if err := s.gen.Sample.Validate(); err != nil {
 		return nil, withCode(2, err)
 	}
+	if !l.isSet("seed") && s.gen.Sample.Temperature > 0 {
+		// Without --seed every sampled run would repeat the same tokens:
+		// draw one, and report it so that the run can be reproduced.
+		s.gen.Sample.Seed = randomSeed()
+	}
 	s.gen.Stop = l.StringSlice("stop")
 	be, err := selectBackend(l.String("backend"))
 	if err != nil {
@@ -147,6 +155,19 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 		s.opts.VerifyExpert, s.closeChk = check, closeFn
 	}
 	return s, nil
+}
+
+// isSet reports whether the flag was given, before or after MODEL.
+func (l *lateFlags) isSet(name string) bool { return l.seen[name] || l.c.IsSet(name) }
+
+// randomSeed draws a sampling seed below 2^53, so that it survives a trip
+// through JSON numbers read as doubles.
+func randomSeed() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return uint64(time.Now().UnixNano()) & (1<<53 - 1)
+	}
+	return binary.LittleEndian.Uint64(b[:]) & (1<<53 - 1)
 }
 
 // parseSpeculate maps --speculate-experts to runner.Options.Speculate:
@@ -256,7 +277,7 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rep := newRunReport(r, res)
+	rep := newRunReport(r, res, s.gen.Sample)
 	if s.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -301,11 +322,15 @@ func newCacheReport(st expertcache.Stats) cacheReport {
 
 // runReport is what generate prints at the end (and chat per turn).
 type runReport struct {
-	Text              string      `json:"text"`
-	Tokens            []int       `json:"tokens"`
-	PromptTokens      int         `json:"prompt_tokens"`
-	GeneratedTokens   int         `json:"generated_tokens"`
-	StopReason        string      `json:"stop_reason"`
+	Text            string  `json:"text"`
+	Tokens          []int   `json:"tokens"`
+	PromptTokens    int     `json:"prompt_tokens"`
+	GeneratedTokens int     `json:"generated_tokens"`
+	StopReason      string  `json:"stop_reason"`
+	Temperature     float64 `json:"temperature"`
+	// Seed is the sampling seed (--seed, or the one drawn at random when
+	// sampling without it): --seed Seed repeats the run.
+	Seed              uint64      `json:"seed"`
 	PrefillSeconds    float64     `json:"prefill_seconds"`
 	PrefillTokPerSec  float64     `json:"prefill_tok_per_sec"`
 	DecodeSeconds     float64     `json:"decode_seconds"`
@@ -320,7 +345,7 @@ type runReport struct {
 	Decode            cacheReport `json:"decode_cache"`
 }
 
-func newRunReport(r *runner.Runner, res *runner.Result) *runReport {
+func newRunReport(r *runner.Runner, res *runner.Result, p sample.Params) *runReport {
 	tokens := res.Tokens
 	if tokens == nil {
 		tokens = []int{}
@@ -331,6 +356,7 @@ func newRunReport(r *runner.Runner, res *runner.Result) *runReport {
 	all.Hits += res.DecodeCache.Hits
 	return &runReport{
 		Text: res.Text, Tokens: tokens, PromptTokens: res.PromptTokens, GeneratedTokens: len(res.Tokens), StopReason: res.StopReason,
+		Temperature: p.Temperature, Seed: p.Seed,
 		PrefillSeconds: res.Prefill.Seconds(), PrefillTokPerSec: res.PrefillTokPerSec(),
 		DecodeSeconds: res.Decode.Seconds(), DecodeTokPerSec: res.DecodeTokPerSec(),
 		PeakRSSBytes: res.PeakRSS, DenseBytes: r.DenseBytes(), ExpertCacheBytes: r.Cache.Budget(), IO: ioName(r),
@@ -350,6 +376,9 @@ func (p *runReport) print(w io.Writer) {
 	gib := func(n int64) string { return expertcache.FormatSize(n) }
 	fmt.Fprintf(w, "prefill: %d tokens in %.2fs (%.1f tok/s) | decode: %d tokens in %.2fs (%.2f tok/s), stopped by %s\n",
 		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeSeconds, p.DecodeTokPerSec, p.StopReason)
+	if p.Temperature > 0 {
+		fmt.Fprintf(w, "sampling: temperature %g, seed %d (--seed %d repeats this run)\n", p.Temperature, p.Seed, p.Seed)
+	}
 	fmt.Fprintf(w, "memory: peak RSS %s (dense weights %s, expert cache budget %s)\n", gib(p.PeakRSSBytes), gib(p.DenseBytes), gib(p.ExpertCacheBytes))
 	fmt.Fprintf(w, "experts: hit rate %.1f%% | decode: hit rate %.1f%%, %s read per token, read p50 %.2f ms p99 %.2f ms | prefill: %d reads, %s\n",
 		100*p.HitRate, 100*p.Decode.HitRate, gib(int64(p.BytesReadPerToken)), p.Decode.ReadP50Ms, p.Decode.ReadP99Ms,

@@ -127,6 +127,55 @@ func TestGenerateCommand(t *testing.T) {
 	}
 }
 
+// Sampling without --seed draws a seed and reports it (JSON and summary);
+// --seed with the reported value repeats the tokens.
+func TestGenerateSeed(t *testing.T) {
+	args := []string{"generate", genModel, "--prompt", "Hello there", "--max-new", "12", "--temperature", "1", "--json"}
+	var runs []genJSON
+	for range 2 {
+		out, _, err := runGenCLI(t, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var got genJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("bad JSON %v:\n%s", err, out)
+		}
+		if !strings.Contains(out, `"seed": `) || got.Temperature != 1 || len(got.Tokens) != 12 {
+			t.Fatalf("report lacks the seed or temperature: %s", out)
+		}
+		runs = append(runs, got)
+	}
+	if runs[0].Seed == runs[1].Seed {
+		t.Fatalf("two runs without --seed both used seed %d", runs[0].Seed)
+	}
+	for _, r := range runs {
+		out, _, err := runGenCLI(t, append(args, "--seed", fmt.Sprint(r.Seed))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again genJSON
+		if err := json.Unmarshal([]byte(out), &again); err != nil {
+			t.Fatal(err)
+		}
+		if again.Seed != r.Seed || !slices.Equal(again.Tokens, r.Tokens) {
+			t.Errorf("--seed %d: seed %d tokens %v, the run that reported it gave %v", r.Seed, again.Seed, again.Tokens, r.Tokens)
+		}
+	}
+	// Random weights at temperature 1: the two seeds give different tokens.
+	if slices.Equal(runs[0].Tokens, runs[1].Tokens) {
+		t.Errorf("seeds %d and %d gave the same tokens %v", runs[0].Seed, runs[1].Seed, runs[0].Tokens)
+	}
+	// The summary names the seed.
+	_, summary, err := runGenCLI(t, "generate", genModel, "--prompt", "Hello there", "--max-new", "2", "--temperature", "0.8", "--seed", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(summary, "seed 42") {
+		t.Errorf("summary does not name the seed:\n%s", summary)
+	}
+}
+
 func TestVerifyExpertsNamesCorruptBlob(t *testing.T) {
 	pack := tinyContainer(t)
 	// Find an expert the generation uses.
