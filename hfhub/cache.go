@@ -214,6 +214,15 @@ func writeTreeCacheFile(p string, files []FileInfo) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
+	b, err := encodeTreeCache(files)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(p, b, 0o644)
+}
+
+// encodeTreeCache renders a listing as a tree cache file.
+func encodeTreeCache(files []FileInfo) ([]byte, error) {
 	t := treeCacheFile{FormatVersion: 1, Files: make(map[string]treeCacheEntry, len(files))}
 	for _, f := range files {
 		e := treeCacheEntry{Size: f.Size, BlobID: f.BlobID}
@@ -227,9 +236,9 @@ func writeTreeCacheFile(p string, files []FileInfo) error {
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", " ")
 	if err := enc.Encode(t); err != nil {
-		return err
+		return nil, err
 	}
-	return writeFileAtomic(p, bytes.TrimRight(buf.Bytes(), "\n"), 0o644)
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
 // readTreeCache loads trees/<commit>.json if present (nil, nil if not).
@@ -247,12 +256,21 @@ func (c cacheRepo) readTreeCache(commit string) ([]FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseTreeCache(p, b)
+}
+
+// parseTreeCache checks a tree cache file read from name (the official
+// client writes them too): every path a valid repository path, every size
+// in [0, maxFileSize], every blob id a SHA-1 and every lfs_sha256 a SHA-256.
+// An unknown format_version gives nil, nil (ignored, as the official client
+// does). The listing comes back sorted by path.
+func parseTreeCache(name string, b []byte) ([]FileInfo, error) {
 	if len(b) > maxJSONBytes*4 {
-		return nil, fmt.Errorf("%s: larger than %d MiB", p, maxJSONBytes*4>>20)
+		return nil, fmt.Errorf("%s: larger than %d MiB", name, maxJSONBytes*4>>20)
 	}
 	var t treeCacheFile
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("%s: %v", p, err)
+		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	if t.FormatVersion != 1 {
 		return nil, nil // unknown format: ignore, as the official client does
@@ -260,15 +278,15 @@ func (c cacheRepo) readTreeCache(commit string) ([]FileInfo, error) {
 	out := make([]FileInfo, 0, len(t.Files))
 	for path, e := range t.Files {
 		if err := ValidateRepoPath(path); err != nil {
-			return nil, fmt.Errorf("%s: %v", p, err)
+			return nil, fmt.Errorf("%s: %v", name, err)
 		}
 		if e.Size < 0 || e.Size > maxFileSize || !isSHA1(e.BlobID) {
-			return nil, fmt.Errorf("%s: entry %q: bad size or blob_id", p, path)
+			return nil, fmt.Errorf("%s: entry %q: bad size or blob_id", name, path)
 		}
 		fi := FileInfo{Path: path, Size: e.Size, BlobID: e.BlobID}
 		if e.LFSSHA256 != nil {
 			if !isSHA256(*e.LFSSHA256) {
-				return nil, fmt.Errorf("%s: entry %q: bad lfs_sha256", p, path)
+				return nil, fmt.Errorf("%s: entry %q: bad lfs_sha256", name, path)
 			}
 			fi.LFS = &LFSInfo{SHA256: *e.LFSSHA256, Size: e.Size}
 		}

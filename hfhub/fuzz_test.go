@@ -1,6 +1,9 @@
 package hfhub
 
 import (
+	"encoding/json"
+	"reflect"
+	"sort"
 	"testing"
 )
 
@@ -97,6 +100,96 @@ func FuzzMatchGlob(f *testing.F) {
 		}
 		if MatchGlob("*", name) != true {
 			t.Fatal("* must match everything")
+		}
+	})
+}
+
+// FuzzResumeRecord feeds arbitrary bytes as a download's resume journal
+// (<part>.json). An accepted record must describe a usable download (the
+// bounds the downloader relies on to size its chunk table) and survive a
+// round trip through the encoding the writer uses.
+func FuzzResumeRecord(f *testing.F) {
+	f.Add([]byte(`{"version":1,"etag":"` + sha40 + `","size":100,"chunk_size":16,"done":[0,3,6]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := parseResumeRecord("x.part.json", data)
+		if err != nil {
+			if r != nil {
+				t.Fatal("record and error")
+			}
+			return
+		}
+		if r.Version != 1 || r.Size <= 0 || r.Size > maxFileSize || r.ChunkSize < 1 || r.ChunkSize > maxFileSize {
+			t.Fatalf("accepted %+v", r)
+		}
+		n := (r.Size + r.ChunkSize - 1) / r.ChunkSize
+		if n < 1 || n > maxChunks || int64(len(r.Done)) > n {
+			t.Fatalf("accepted %d chunks (%d done): %+v", n, len(r.Done), r)
+		}
+		seen := map[int]bool{}
+		for _, i := range r.Done {
+			if i < 0 || int64(i) >= n || seen[i] {
+				t.Fatalf("accepted done index %d of %d", i, n)
+			}
+			seen[i] = true
+			// The downloader's arithmetic for a chunk's bytes.
+			if off := int64(i) * r.ChunkSize; off < 0 || off >= r.Size {
+				t.Fatalf("chunk %d starts at %d, size %d", i, off, r.Size)
+			}
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := parseResumeRecord("again", b)
+		if err != nil || !reflect.DeepEqual(normDone(r), normDone(r2)) {
+			t.Fatalf("round trip: %+v -> %s -> %+v, %v", r, b, r2, err)
+		}
+	})
+}
+
+func normDone(r *resumeRecord) resumeRecord {
+	c := *r
+	if len(c.Done) == 0 {
+		c.Done = nil
+	}
+	return c
+}
+
+// FuzzTreeCache feeds arbitrary bytes as a trees/<commit>.json file (the
+// official client writes them too). An accepted listing must hold only
+// valid, distinct, sorted paths with sane sizes and hashes, and survive a
+// round trip through the writer's encoding.
+func FuzzTreeCache(f *testing.F) {
+	f.Add([]byte(`{"format_version":1,"files":{"a.json":{"size":3,"blob_id":"` + sha40 + `"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		files, err := parseTreeCache("trees/x.json", data)
+		if err != nil {
+			return
+		}
+		if !sort.SliceIsSorted(files, func(i, j int) bool { return files[i].Path < files[j].Path }) {
+			t.Fatal("not sorted")
+		}
+		for i, fi := range files {
+			if ValidateRepoPath(fi.Path) != nil || !isSHA1(fi.BlobID) || fi.Size < 0 || fi.Size > maxFileSize {
+				t.Fatalf("accepted %+v", fi)
+			}
+			if fi.LFS != nil && (!isSHA256(fi.LFS.SHA256) || fi.LFS.Size != fi.Size) {
+				t.Fatalf("accepted lfs %+v", fi.LFS)
+			}
+			if i > 0 && files[i-1].Path == fi.Path {
+				t.Fatalf("duplicate %q", fi.Path)
+			}
+		}
+		if files == nil {
+			return // unknown format version: ignored
+		}
+		b, err := encodeTreeCache(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := parseTreeCache("again", b)
+		if err != nil || !reflect.DeepEqual(files, again) {
+			t.Fatalf("round trip: %+v -> %s -> %+v, %v", files, b, again, err)
 		}
 	})
 }

@@ -28,25 +28,45 @@ func readResumeRecord(path string) (*resumeRecord, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	b, err := io.ReadAll(io.LimitReader(f, maxResumeRecord+1))
 	if err != nil {
 		return nil, err
 	}
+	return parseResumeRecord(path, b)
+}
+
+// maxResumeRecord bounds a resume record (the writer's are a few KiB: one
+// index per 16 MiB chunk).
+const maxResumeRecord = 64 << 20
+
+// maxChunks bounds the chunks of one file a record may describe.
+const maxChunks = 1 << 24
+
+// parseResumeRecord checks a record read from name: version 1, a size in
+// (0, maxFileSize], a chunk size in [1, maxFileSize], at most maxChunks
+// chunks, and distinct done indices below the chunk count.
+func parseResumeRecord(name string, b []byte) (*resumeRecord, error) {
+	if len(b) > maxResumeRecord {
+		return nil, fmt.Errorf("%s: larger than %d MiB", name, maxResumeRecord>>20)
+	}
 	var r resumeRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
+		return nil, fmt.Errorf("%s: %v", name, err)
 	}
-	if r.Version != 1 || r.Size <= 0 || r.Size > maxFileSize || r.ChunkSize < 1 {
-		return nil, fmt.Errorf("%s: unusable record", path)
+	if r.Version != 1 || r.Size <= 0 || r.Size > maxFileSize || r.ChunkSize < 1 || r.ChunkSize > maxFileSize {
+		return nil, fmt.Errorf("%s: unusable record (version %d, size %d, chunk size %d)", name, r.Version, r.Size, r.ChunkSize)
 	}
-	n := (r.Size + r.ChunkSize - 1) / r.ChunkSize
-	if n > 1<<24 {
-		return nil, fmt.Errorf("%s: too many chunks", path)
+	n := (r.Size + r.ChunkSize - 1) / r.ChunkSize // both <= 2^50: no overflow
+	if n > maxChunks {
+		return nil, fmt.Errorf("%s: %d chunks, more than %d", name, n, maxChunks)
+	}
+	if int64(len(r.Done)) > n {
+		return nil, fmt.Errorf("%s: %d done chunks of %d", name, len(r.Done), n)
 	}
 	seen := make(map[int]bool, len(r.Done))
 	for _, i := range r.Done {
 		if i < 0 || int64(i) >= n || seen[i] {
-			return nil, fmt.Errorf("%s: bad chunk index %d", path, i)
+			return nil, fmt.Errorf("%s: bad chunk index %d", name, i)
 		}
 		seen[i] = true
 	}
