@@ -27,6 +27,8 @@ const (
 	maxLayers = 1024
 	maxHeads  = 4096
 	maxExpert = 1 << 16
+	// maxPositions bounds max_position_embeddings (real models: 262144).
+	maxPositions = 1 << 30
 )
 
 // Config is the text-model configuration of a qwen3_next or qwen3_5_moe
@@ -58,6 +60,10 @@ type Config struct {
 	Intermediate       int // dense MLP size, for layers without experts
 
 	TieWordEmbeddings bool
+
+	// MaxPositions is max_position_embeddings, the longest sequence the
+	// model was made for (0: the config does not say; no limit).
+	MaxPositions int
 
 	// FullAttention[L] is true for a gated full-attention layer, false for a
 	// Gated DeltaNet layer. Sparse[L] is true where the MLP is the MoE block.
@@ -138,6 +144,7 @@ type rawConfig struct {
 	FullAttentionInterval        *int            `json:"full_attention_interval"`
 	LayerTypes                   []string        `json:"layer_types"`
 	TieWordEmbeddings            *bool           `json:"tie_word_embeddings"`
+	MaxPositionEmbeddings        *int            `json:"max_position_embeddings"`
 	TextConfig                   *rawConfig      `json:"text_config"`
 	Quantization                 json.RawMessage `json:"quantization"`
 	QuantizationConfig           json.RawMessage `json:"quantization_config"`
@@ -242,6 +249,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.SharedIntermediate = opt("shared_expert_intermediate_size", text.SharedExpertIntermediateSize, 0, 0, maxDim)
 	c.Intermediate = opt("intermediate_size", text.IntermediateSize, 0, 0, maxDim)
 	sparseStep := opt("decoder_sparse_step", text.DecoderSparseStep, 1, 1, maxLayers)
+	c.MaxPositions = opt("max_position_embeddings", text.MaxPositionEmbeddings, 0, 1, maxPositions)
 
 	c.RMSNormEps = 1e-6
 	if text.RMSNormEps != nil {

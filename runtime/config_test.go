@@ -38,6 +38,9 @@ func TestParseRealConfigs(t *testing.T) {
 		if c.ConvDim() != 8192 || c.LinValueHeads != 32 || c.LinKeyHeads != 16 || c.MoEIntermediate != 512 || c.SharedIntermediate != 512 {
 			t.Fatalf("%s: linear dims %+v", tc.file, c)
 		}
+		if c.MaxPositions != 262144 {
+			t.Fatalf("%s: max_position_embeddings %d, want 262144", tc.file, c.MaxPositions)
+		}
 		if !c.NormTopK || c.TieWordEmbeddings || !c.AttnOutputGate {
 			t.Fatalf("%s: flags %+v", tc.file, c)
 		}
@@ -89,6 +92,9 @@ func TestParseConfigOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.MaxPositions != 0 {
+		t.Fatalf("no max_position_embeddings gave MaxPositions %d, want 0 (no limit)", c.MaxPositions)
+	}
 	if c.RopeTheta != 500 || c.RotaryDim != 8 || c.NormTopK || !c.TieWordEmbeddings {
 		t.Fatalf("%+v", c)
 	}
@@ -120,6 +126,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`,"partial_rotary_factor":0.3`, "not a positive even integer"},
 		{`,"mlp_only_layers":[9]`, "mlp_only_layers entry 9 out of range"},
 		{`,"quantization":{"quant_method":"awq"}`, `quantization method "awq" is not supported`},
+		{`,"max_position_embeddings":0`, "max_position_embeddings = 0 out of range"},
 	} {
 		// later keys override earlier ones in encoding/json
 		_, err := ParseConfig([]byte(strings.Replace(tinyNext, "%s", tc.extra, 1)))

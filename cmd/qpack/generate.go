@@ -42,7 +42,7 @@ func init() {
 // runFlags are the flags generate and chat share.
 func runFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "max-new", Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn)"},
+		&cli.IntFlag{Name: "max-new", Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn); prompt and conversation tokens plus these must fit the model's max_position_embeddings"},
 		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
 		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens (0: off)"},
 		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold (0 or 1: off)"},
@@ -275,7 +275,7 @@ func generateAction(c *cli.Context) error {
 		res, err = sess.Generate(c.Context, r.Tokenizer.Encode(prompt), s.gen)
 	}
 	if err != nil {
-		return err
+		return runError(err)
 	}
 	rep := newRunReport(r, res, s.gen.Sample)
 	if s.json {
@@ -289,6 +289,15 @@ func generateAction(c *cli.Context) error {
 	fmt.Fprintln(out)
 	rep.print(errw)
 	return nil
+}
+
+// runError gives a generation refused for the model's context limit exit
+// code 2 (the request, not the model, is at fault).
+func runError(err error) error {
+	if errors.Is(err, runner.ErrContextLimit) {
+		return withCode(2, err)
+	}
+	return err
 }
 
 // cacheReport is the expert cache's work in one phase.

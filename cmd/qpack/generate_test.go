@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -173,6 +174,28 @@ func TestGenerateSeed(t *testing.T) {
 	}
 	if !strings.Contains(summary, "seed 42") {
 		t.Errorf("summary does not name the seed:\n%s", summary)
+	}
+}
+
+// Prompt plus --max-new past the model's max_position_embeddings (4096 in
+// the tiny model's config) is refused with exit code 2 before generating.
+func TestGenerateContextLimit(t *testing.T) {
+	for _, args := range [][]string{
+		{"generate", genModel, "--prompt", "Hello there", "--max-new", "4096"},
+		{"chat", genModel, "Hello there", "--max-new", "5000"},
+	} {
+		out, _, err := runGenCLI(t, args...)
+		var ee *exitError
+		if err == nil || !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "more than the model's max_position_embeddings 4096") {
+			t.Errorf("%q: err = %v, want exit 2 naming max_position_embeddings 4096", args, err)
+		}
+		if out != "" && out != "> Hello there\n" {
+			t.Errorf("%q: generated %q before refusing", args, out)
+		}
+	}
+	// Within the limit it runs.
+	if _, _, err := runGenCLI(t, "generate", genModel, "--prompt", "Hello there", "--max-new", "2"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -398,4 +400,67 @@ func TestGenerateFunction(t *testing.T) {
 		t.Fatal("a missing model gave no error")
 	}
 
+}
+
+// A generation that could run past max_position_embeddings is refused
+// before anything runs, and the session is left as it was.
+func TestContextLimit(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen35MoE, 4, 32, "qwen3_5_moe-q4g32")
+	r := open(t, f.pack, Options{ExpertCache: 1 << 30})
+	r.Model.Config.MaxPositions = len(prompt) + 10
+	ctx := context.Background()
+	s := r.NewSession()
+	_, err := s.Generate(ctx, prompt, GenOptions{MaxNew: 11})
+	want := fmt.Sprintf("0 tokens already in the conversation + %d prompt tokens + 11 new tokens = %d, more than the model's max_position_embeddings %d",
+		len(prompt), len(prompt)+11, len(prompt)+10)
+	if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrContextLimit saying %q", err, want)
+	}
+	if len(s.Tokens()) != 0 {
+		t.Fatalf("a refused generation fed %d tokens", len(s.Tokens()))
+	}
+	// The default token limit counts too.
+	r.Model.Config.MaxPositions = len(prompt) + DefaultMaxNew - 1
+	if _, err := s.Generate(ctx, prompt, GenOptions{}); !errors.Is(err, ErrContextLimit) {
+		t.Fatalf("MaxNew 0 (%d) past the limit: err = %v", DefaultMaxNew, err)
+	}
+	// Exactly at the limit it runs.
+	r.Model.Config.MaxPositions = len(prompt) + 10
+	res, err := s.Generate(ctx, prompt, GenOptions{MaxNew: 10})
+	if err != nil || len(res.Tokens) != 10 {
+		t.Fatalf("at the limit: %v %v", res, err)
+	}
+	// Continuing counts what the state holds (and the pending token).
+	held := len(s.Tokens()) + 1
+	if _, err := s.Generate(ctx, []int{5}, GenOptions{MaxNew: 1}); !errors.Is(err, ErrContextLimit) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("%d tokens already in the conversation", held)) {
+		t.Fatalf("continuing past the limit: err = %v", err)
+	}
+	if len(s.Tokens()) != held-1 {
+		t.Fatalf("a refused continuation changed the state: %d tokens, want %d", len(s.Tokens()), held-1)
+	}
+
+	// Chat: a second turn past the limit is refused, the first kept.
+	r.Model.Config.MaxPositions = 0
+	c := r.NewSession()
+	no := false
+	if _, err := c.Chat(ctx, "hello", ChatOptions{GenOptions: GenOptions{MaxNew: 4}, EnableThinking: &no}); err != nil {
+		t.Fatal(err)
+	}
+	state, msgs := c.Tokens(), c.Messages()
+	r.Model.Config.MaxPositions = len(state) + 20
+	_, err = c.Chat(ctx, "and a second turn", ChatOptions{GenOptions: GenOptions{MaxNew: 16}, EnableThinking: &no})
+	if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "chat turn 2") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("max_position_embeddings %d", len(state)+20)) {
+		t.Fatalf("chat past the limit: err = %v", err)
+	}
+	if !slices.Equal(c.Tokens(), state) || len(c.Messages()) != len(msgs) {
+		t.Fatal("a refused chat turn changed the session")
+	}
+	// The one-call form on the committed tiny model (max_position_embeddings
+	// 4096 in its config.json) refuses too.
+	_, err = Generate(ctx, "../../testdata/tiny/qwen3_5_moe-q4g32", GenerateOptions{GenOptions: GenOptions{MaxNew: 4096}, Prompt: "hi"})
+	if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "max_position_embeddings 4096") {
+		t.Fatalf("Generate past the tiny model's 4096 positions: err = %v", err)
+	}
 }

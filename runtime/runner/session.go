@@ -132,9 +132,37 @@ func (s *Session) Feed(ctx context.Context, tokens []int) ([]float32, int, error
 	return logits, chunks, nil
 }
 
+// ErrContextLimit is wrapped by the error of a generation that could run
+// past the model's max_position_embeddings; nothing has been run then.
+var ErrContextLimit = errors.New("context limit")
+
+// checkContext refuses a generation whose held, prompt and new tokens
+// together could exceed the model's max_position_embeddings (no limit when
+// the config does not give it).
+func (s *Session) checkContext(held, prompt, maxNew int) error {
+	limit := s.r.Model.Config.MaxPositions
+	if maxNew <= 0 {
+		maxNew = DefaultMaxNew
+	}
+	if limit <= 0 || held+prompt+maxNew <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: %d tokens already in the conversation + %d prompt tokens + %d new tokens = %d, more than the model's max_position_embeddings %d",
+		ErrContextLimit, held, prompt, maxNew, held+prompt+maxNew, limit)
+}
+
 // Generate continues the sequence with prompt (after the token sampled
-// last, if any) and samples a reply.
+// last, if any) and samples a reply. It refuses (ErrContextLimit), before
+// running anything, a generation that could exceed the model's
+// max_position_embeddings.
 func (s *Session) Generate(ctx context.Context, prompt []int, g GenOptions) (*Result, error) {
+	held := len(s.fed)
+	if s.pending >= 0 {
+		held++
+	}
+	if err := s.checkContext(held, len(prompt), g.MaxNew); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	if s.pending >= 0 {
 		prompt = append([]int{s.pending}, prompt...)
 		s.pending, s.pendEOS = -1, false
@@ -292,9 +320,18 @@ func (s *Session) ChatPrompt(user string, c ChatOptions) (tokens []int, continue
 	return tok.Encode(text), len(s.fed) == 0 && s.pending < 0
 }
 
-// Chat adds a user turn to the conversation and generates the reply.
+// Chat adds a user turn to the conversation and generates the reply. It
+// refuses (ErrContextLimit), leaving the session as it was, a turn that
+// could take the conversation past the model's max_position_embeddings.
 func (s *Session) Chat(ctx context.Context, user string, c ChatOptions) (*Result, error) {
 	ids, continues := s.ChatPrompt(user, c)
+	held := 0
+	if continues {
+		held = len(s.fed)
+	}
+	if err := s.checkContext(held, len(ids), c.MaxNew); err != nil {
+		return nil, fmt.Errorf("chat turn %d: %w", countUser(s.msgs)+1, err)
+	}
 	if !continues {
 		msgs := s.msgs
 		s.Reset()
