@@ -29,7 +29,8 @@ func init() {
 		ArgsUsage: "MODEL --prompt TEXT",
 		Description: "MODEL is a .qpack container or an MLX checkpoint directory. The text is streamed to stdout as it\n" +
 			"is produced; a summary (prefill and decode tok/s, peak RSS, expert cache hit rate, bytes read per\n" +
-			"token) follows on stderr, or everything comes as one JSON object with --json.",
+			"token) follows on stderr, or everything comes as one JSON object with --json. The first generated token\n" +
+			"comes from the prefill's logits: the decode rate is forward passes (generated tokens - 1 at most) per second.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "prompt", Usage: "the prompt (required)"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt in the model's chat template as a user turn"},
@@ -329,7 +330,11 @@ func newCacheReport(st expertcache.Stats) cacheReport {
 		SpecUseful: st.SpecUseful, SpecCancelled: st.SpecCancelled, SpecWastedBytesRead: st.SpecWastedBytes}
 }
 
-// runReport is what generate prints at the end (and chat per turn).
+// runReport is what generate prints at the end (and chat per turn). The
+// first generated token is sampled from the prefill's logits, so decode
+// runs at most generated_tokens - 1 one-token forward passes
+// (decode_forward_passes), and decode_tok_per_sec is
+// decode_forward_passes / decode_seconds.
 type runReport struct {
 	Text            string  `json:"text"`
 	Tokens          []int   `json:"tokens"`
@@ -343,6 +348,7 @@ type runReport struct {
 	PrefillSeconds    float64     `json:"prefill_seconds"`
 	PrefillTokPerSec  float64     `json:"prefill_tok_per_sec"`
 	DecodeSeconds     float64     `json:"decode_seconds"`
+	DecodeForward     int         `json:"decode_forward_passes"`
 	DecodeTokPerSec   float64     `json:"decode_tok_per_sec"`
 	PeakRSSBytes      int64       `json:"peak_rss_bytes"`
 	DenseBytes        int64       `json:"dense_bytes"`
@@ -367,7 +373,7 @@ func newRunReport(r *runner.Runner, res *runner.Result, p sample.Params) *runRep
 		Text: res.Text, Tokens: tokens, PromptTokens: res.PromptTokens, GeneratedTokens: len(res.Tokens), StopReason: res.StopReason,
 		Temperature: p.Temperature, Seed: p.Seed,
 		PrefillSeconds: res.Prefill.Seconds(), PrefillTokPerSec: res.PrefillTokPerSec(),
-		DecodeSeconds: res.Decode.Seconds(), DecodeTokPerSec: res.DecodeTokPerSec(),
+		DecodeSeconds: res.Decode.Seconds(), DecodeForward: res.DecodeTokens, DecodeTokPerSec: res.DecodeTokPerSec(),
 		PeakRSSBytes: res.PeakRSS, DenseBytes: r.DenseBytes(), ExpertCacheBytes: r.Cache.Budget(), IO: ioName(r),
 		HitRate: all.HitRate(), BytesReadPerToken: res.BytesReadPerToken(),
 		Prefill: newCacheReport(res.PrefillCache), Decode: newCacheReport(res.DecodeCache),
@@ -383,8 +389,8 @@ func ioName(r *runner.Runner) string {
 
 func (p *runReport) print(w io.Writer) {
 	gib := func(n int64) string { return expertcache.FormatSize(n) }
-	fmt.Fprintf(w, "prefill: %d tokens in %.2fs (%.1f tok/s) | decode: %d tokens in %.2fs (%.2f tok/s), stopped by %s\n",
-		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeSeconds, p.DecodeTokPerSec, p.StopReason)
+	fmt.Fprintf(w, "prefill: %d tokens in %.2fs (%.1f tok/s) | decode: %d tokens (%d forward passes) in %.2fs (%.2f tok/s), stopped by %s\n",
+		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeForward, p.DecodeSeconds, p.DecodeTokPerSec, p.StopReason)
 	if p.Temperature > 0 {
 		fmt.Fprintf(w, "sampling: temperature %g, seed %d (--seed %d repeats this run)\n", p.Temperature, p.Seed, p.Seed)
 	}

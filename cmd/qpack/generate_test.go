@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,11 @@ func TestGenerateCommand(t *testing.T) {
 		got.PrefillTokPerSec <= 0 || got.BytesReadPerToken <= 0 || got.Decode.Requests == 0 || got.HitRate < 0 || got.HitRate > 1 {
 		t.Fatalf("report %+v", got.runReport)
 	}
+	// Six tokens by the length limit: the first from the prefill's logits,
+	// five one-token passes, and the rate is over those five.
+	if got.DecodeForward != 5 || got.DecodeSeconds <= 0 || math.Abs(got.DecodeTokPerSec-5/got.DecodeSeconds) > 1e-6*got.DecodeTokPerSec {
+		t.Errorf("decode: %d forward passes, %g s, %g tok/s; want 5 passes and their rate", got.DecodeForward, got.DecodeSeconds, got.DecodeTokPerSec)
+	}
 	// Speculative reads are on by default in decode; off, the output is the same.
 	if d := got.Decode; d.SpecGuessed == 0 || d.SpecTargets == 0 || d.SpecCorrect > d.SpecTargets {
 		t.Errorf("decode speculation report %+v", d)
@@ -106,7 +112,7 @@ func TestGenerateCommand(t *testing.T) {
 	if text != want.Text+"\n" {
 		t.Errorf("stdout %q, want %q", text, want.Text+"\n")
 	}
-	for _, s := range []string{"tok/s", "peak RSS", "hit rate", "read per token"} {
+	for _, s := range []string{"tok/s", "decode: 6 tokens (5 forward passes) in ", "peak RSS", "hit rate", "read per token"} {
 		if !strings.Contains(summary, s) {
 			t.Errorf("summary lacks %q:\n%s", s, summary)
 		}
