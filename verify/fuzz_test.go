@@ -3,12 +3,15 @@ package verify
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/zeebo/blake3"
@@ -110,6 +113,49 @@ func FuzzParseExpertName(f *testing.F) {
 		l, _ := strconv.Atoi(m[2])
 		if en.prefix != m[1] || en.layer != l || en.section != m[4] {
 			t.Fatalf("%q: %+v, reference %q", name, en, m)
+		}
+	})
+}
+
+// FuzzReceipt feeds arbitrary bytes as verified-install.json. An accepted
+// receipt must hold what checkReceipt relies on (a 64-hex manifest digest,
+// an RFC 3339 time) and every bound, and survive a round trip through
+// WriteReceipt's encoding.
+func FuzzReceipt(f *testing.F) {
+	f.Add([]byte(`{"tool":"qpack","container":"/x","verifiedAt":"2025-01-02T03:04:05Z","manifestDigest":"` + strings.Repeat("ab", 32) + `","digestsRecorded":true,"layerFileDigestsChecked":false,"files":{"config.json":{"size":3,"digest":"` + strings.Repeat("0", 64) + `","check":"file-digest"}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rc, err := parseReceipt(data)
+		if err != nil {
+			if rc != nil {
+				t.Fatal("receipt and error")
+			}
+			return
+		}
+		if !isLowerHex(rc.ManifestDigest, 64) {
+			t.Fatalf("accepted manifestDigest %q", rc.ManifestDigest)
+		}
+		if _, err := time.Parse(time.RFC3339, rc.VerifiedAt); err != nil || len(rc.VerifiedAt) > 64 {
+			t.Fatalf("accepted verifiedAt %q", rc.VerifiedAt)
+		}
+		if len(rc.Tool) > maxReceiptString || len(rc.Container) > maxReceiptString || len(rc.Files) > maxReceiptFiles {
+			t.Fatal("accepted an unbounded field")
+		}
+		for p, fl := range rc.Files {
+			if p == "" || fl.Size < 0 || (fl.Digest != "" && !isLowerHex(fl.Digest, 64)) {
+				t.Fatalf("accepted file %q %+v", p, fl)
+			}
+		}
+		if rc.Deep != nil && rc.Deep.Sample < 0 {
+			t.Fatalf("accepted deep %+v", rc.Deep)
+		}
+		out := filepath.Join(t.TempDir(), ReceiptName)
+		if err := WriteReceipt(out, rc); err != nil {
+			t.Fatal(err)
+		}
+		again, err := parseReceipt(must(os.ReadFile(out)))
+		if err != nil || !reflect.DeepEqual(rc, again) {
+			b, _ := json.Marshal(rc)
+			t.Fatalf("round trip: %s -> %+v, %v", b, again, err)
 		}
 	})
 }

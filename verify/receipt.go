@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/qpack-go/qpack/qpack"
@@ -79,4 +80,62 @@ func WriteReceipt(path string, rc *Receipt) error {
 		return err
 	}
 	return qpack.WriteFileAtomic(filepath.Clean(path), append(data, '\n'), 0o644)
+}
+
+// Limits of a receipt read back.
+const (
+	maxReceiptString = 4096
+	maxReceiptFiles  = qpack.MaxFiles
+)
+
+// parseReceipt reads a receipt (untrusted: it is a file in the container
+// like any other) and checks what a receipt NewReceipt made satisfies:
+// manifestDigest is 64 lowercase hex digits, verifiedAt is RFC 3339, every
+// file has a non-empty slash-separated path, a size >= 0 and a digest that
+// is empty or 64 lowercase hex digits, strings are of bounded length.
+func parseReceipt(data []byte) (*Receipt, error) {
+	var rc Receipt
+	if err := json.Unmarshal(data, &rc); err != nil {
+		return nil, err
+	}
+	if !isLowerHex(rc.ManifestDigest, 64) {
+		return nil, errors.New("manifestDigest is not 64 lowercase hex digits")
+	}
+	if len(rc.VerifiedAt) > 64 {
+		return nil, errors.New("verifiedAt is not an RFC 3339 time")
+	}
+	if _, err := time.Parse(time.RFC3339, rc.VerifiedAt); err != nil {
+		return nil, errors.New("verifiedAt is not an RFC 3339 time")
+	}
+	for _, s := range []struct{ key, v string }{{"tool", rc.Tool}, {"container", rc.Container}} {
+		if len(s.v) > maxReceiptString {
+			return nil, fmt.Errorf("%s is longer than %d bytes", s.key, maxReceiptString)
+		}
+	}
+	if d := rc.Deep; d != nil {
+		if len(d.Source) > maxReceiptString || len(d.Commit) > maxReceiptString {
+			return nil, fmt.Errorf("deep: source or commit longer than %d bytes", maxReceiptString)
+		}
+		if d.Sample < 0 {
+			return nil, fmt.Errorf("deep: sample %d", d.Sample)
+		}
+	}
+	if len(rc.Files) > maxReceiptFiles {
+		return nil, fmt.Errorf("%d files, more than %d", len(rc.Files), maxReceiptFiles)
+	}
+	for p, f := range rc.Files {
+		if p == "" || len(p) > maxReceiptString || strings.Contains(p, "\\") {
+			return nil, fmt.Errorf("files: bad path %q", truncate(p, 80))
+		}
+		if f.Size < 0 {
+			return nil, fmt.Errorf("files: %q: size %d", p, f.Size)
+		}
+		if f.Digest != "" && !isLowerHex(f.Digest, 64) {
+			return nil, fmt.Errorf("files: %q: digest is not 64 lowercase hex digits", p)
+		}
+		if len(f.Check) > 64 {
+			return nil, fmt.Errorf("files: %q: check is longer than 64 bytes", p)
+		}
+	}
+	return &rc, nil
 }

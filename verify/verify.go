@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -268,9 +267,9 @@ func (v *verifier) checkReceipt() {
 		v.note("%s cannot be read (%v): ignored", ReceiptName, err)
 		return
 	}
-	var rc Receipt
-	if err := json.Unmarshal(data, &rc); err != nil || !isLowerHex(rc.ManifestDigest, 64) {
-		v.note("%s is not a receipt this tool wrote: ignored", ReceiptName)
+	rc, err := parseReceipt(data)
+	if err != nil {
+		v.note("%s is not a receipt this tool wrote (%v): ignored", ReceiptName, err)
 		return
 	}
 	v.rep.VerifiedBefore = rc.VerifiedAt
