@@ -63,7 +63,7 @@ func chatAction(c *cli.Context) error {
 		}
 		res, err := sess.Chat(c.Context, turn, runner.ChatOptions{GenOptions: s.gen, System: s.system, EnableThinking: s.thinking()})
 		if err != nil {
-			return runError(err)
+			return runError(s.model, err)
 		}
 		rep := newRunReport(r, res, s.gen.Sample)
 		reports = append(reports, chatTurn{User: turn, runReport: rep})

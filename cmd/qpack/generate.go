@@ -101,6 +101,9 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 		return nil, withCode(2, fmt.Errorf("%s: want a MODEL argument", cmd))
 	}
 	s.model = l.Args()[0]
+	if err := runner.CheckModelPath(s.model); err != nil {
+		return nil, withCode(2, err)
+	}
 	if s.budget != "auto" {
 		b, err := expertcache.ParseSize(s.budget)
 		if err != nil {
@@ -195,7 +198,7 @@ func expertVerifier(model string) (func(l, e int, blob []byte) error, func(), er
 	}
 	c, err := qpack.Open(model)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, runner.WrapLoadError(model, err)
 	}
 	chk, err := verify.NewContainerChecker(c)
 	if err != nil {
@@ -230,6 +233,9 @@ var heapMargin int64 = 256 << 20
 // plus a margin (the expert cache lives outside it).
 func openRunner(s *runSettings) (*runner.Runner, error) {
 	r, err := runner.Open(s.model, s.opts)
+	if errors.Is(err, runner.ErrNoModel) {
+		return nil, withCode(2, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +282,7 @@ func generateAction(c *cli.Context) error {
 		res, err = sess.Generate(c.Context, r.Tokenizer.Encode(prompt), s.gen)
 	}
 	if err != nil {
-		return runError(err)
+		return runError(s.model, err)
 	}
 	rep := newRunReport(r, res, s.gen.Sample)
 	if s.json {
@@ -293,10 +299,17 @@ func generateAction(c *cli.Context) error {
 }
 
 // runError gives a generation refused for the model's context limit exit
-// code 2 (the request, not the model, is at fault).
-func runError(err error) error {
+// code 2 (the request, not the model, is at fault), and reports a damaged
+// expert found by --verify-experts as the container path and the checker's
+// error, which names the layer file, layer and expert (without the forward
+// pass's own "layer N:" in front).
+func runError(model string, err error) error {
 	if errors.Is(err, runner.ErrContextLimit) {
 		return withCode(2, err)
+	}
+	var xe *verify.ExpertError
+	if errors.As(err, &xe) {
+		return fmt.Errorf("--verify-experts: %s: %w", model, xe)
 	}
 	return err
 }

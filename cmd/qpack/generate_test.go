@@ -205,6 +205,23 @@ func TestGenerateContextLimit(t *testing.T) {
 	}
 }
 
+// A path that holds no model: exit 2 with a message saying so, before
+// any other work (the tokenizer's or --verify-experts' errors).
+func TestGenerateNoModel(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none")
+	for _, args := range [][]string{
+		{"generate", none, "--prompt", "x"},
+		{"generate", none, "--prompt", "x", "--verify-experts"},
+		{"chat", none, "x"},
+	} {
+		_, _, err := runGenCLI(t, args...)
+		var ee *exitError
+		if err == nil || err.Error() != "model directory "+none+" does not exist" || !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("%q: %v, want exit 2 saying the model directory does not exist", args, err)
+		}
+	}
+}
+
 func TestVerifyExpertsNamesCorruptBlob(t *testing.T) {
 	pack := tinyContainer(t)
 	// Find an expert the generation uses.
@@ -253,9 +270,10 @@ func TestVerifyExpertsNamesCorruptBlob(t *testing.T) {
 		t.Fatalf("without --verify-experts the damage goes unnoticed, but the run failed: %v", err)
 	}
 	_, _, err = runGenCLI(t, append(args, "--verify-experts")...)
-	want := fmt.Sprintf("%s: layer %d expert %d", qpack.LayerFile(layer), layer, expert)
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("error %v, want one naming %q", err, want)
+	// The container once, then the layer file, layer and expert once.
+	want := fmt.Sprintf("--verify-experts: %s: %s: layer %d expert %d: expert blob does not match its digest", pack, qpack.LayerFile(layer), layer, expert)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Count(err.Error(), fmt.Sprintf("layer %d ", layer)) != 1 {
+		t.Fatalf("error %v, want one starting %q", err, want)
 	}
 	// Undamaged, the check passes.
 	b[0] ^= 0x40

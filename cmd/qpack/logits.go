@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/runner"
 	"github.com/qpack-go/qpack/safetensors"
 )
 
@@ -39,8 +40,8 @@ func init() {
 	})
 }
 
-// parseTokens parses "1,5,9" (spaces allowed) into ids; vocab bounds are
-// checked by the model.
+// parseTokens parses "1,5,9" (spaces allowed) into ids; the vocabulary
+// bound is checked once the config is read.
 func parseTokens(s string) ([]int, error) {
 	var out []int
 	for i, f := range strings.Split(s, ",") {
@@ -125,12 +126,25 @@ func logitsAction(c *cli.Context) error {
 		return withCode(2, err)
 	}
 	defer closeBackend(be)
+	if err := runner.CheckModelPath(dir); err != nil {
+		return withCode(2, err)
+	}
+	// The ids are checked against the vocabulary before the weights load.
+	cfg, err := runtime.LoadConfig(dir)
+	if err != nil {
+		return runner.WrapLoadError(dir, err)
+	}
+	for i, id := range tokens {
+		if id >= cfg.Vocab {
+			return withCode(2, fmt.Errorf("--tokens: token id %d at position %d is outside the vocabulary of %s (vocab_size %d: ids 0 to %d)", id, i, dir, cfg.Vocab, cfg.Vocab-1))
+		}
+	}
 	m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: be})
 	if err != nil {
-		return err
+		return runner.WrapLoadError(dir, err)
 	}
 	defer m.Close()
-	cfg := m.Config
+	cfg = m.Config
 	T, H, V := len(tokens), cfg.Hidden, cfg.Vocab
 	var hidden [][]float32
 	opt := &runtime.ForwardOptions{AllLogits: true}

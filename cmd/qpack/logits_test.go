@@ -114,8 +114,10 @@ func TestLogitsCommandErrors(t *testing.T) {
 		{[]string{logitsModel, "--tokens", "1,,2"}, "empty entry", 2},
 		{[]string{logitsModel, "--tokens", "1", "--dump-layers"}, "--dump-layers needs --output", 2},
 		{[]string{logitsModel, "--tokens", "1", "extra"}, "exactly one MODEL", 2},
-		{[]string{logitsModel, "--tokens", "1,384"}, "token 384 at index 1 out of range [0, 384)", 0},
-		{[]string{"/nonexistent/model", "--tokens", "1"}, "no such file", 0},
+		{[]string{logitsModel, "--tokens", "1,384"}, "--tokens: token id 384 at position 1 is outside the vocabulary of " + logitsModel + " (vocab_size 384: ids 0 to 383)", 2},
+		{[]string{logitsModel, "--tokens", "1,99999"}, "token id 99999 at position 1", 2},
+		{[]string{"/nonexistent/model", "--tokens", "1"}, "model directory /nonexistent/model does not exist", 2},
+		{[]string{"..", "--tokens", "1"}, ".. is neither a .qpack container (no manifest.json) nor an MLX checkpoint (no config.json)", 2},
 	} {
 		_, err := runLogitsCLI(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -81,11 +81,15 @@ type Runner struct {
 
 // Open loads the model in dir (a .qpack container or an MLX checkpoint
 // directory) with its tokenizer.json, chat template and EOS ids, and puts
-// an expert cache in front of its experts.
+// an expert cache in front of its experts. A dir that holds no model gives
+// CheckModelPath's error (ErrNoModel).
 func Open(dir string, opt Options) (r *Runner, err error) {
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if err := CheckModelPath(dir); err != nil {
+		return nil, err
 	}
 	tok, err := tokenizer.LoadDir(dir)
 	if err != nil {
@@ -113,7 +117,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	// A backend that is an Allocator gets the dense weights (Load uses it).
 	m, err := runtime.Load(dir, &runtime.LoadOptions{ExpertCacheBytes: -1, Backend: opt.Backend})
 	if err != nil {
-		return nil, err
+		return nil, WrapLoadError(dir, err)
 	}
 	defer func() {
 		if err != nil {
@@ -157,7 +161,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	}
 	cache, err := expertcache.New(blobs, copt)
 	if err != nil {
-		return nil, err
+		return nil, WrapLoadError(dir, err)
 	}
 	m.Experts = cache
 	chunk := opt.PrefillChunk

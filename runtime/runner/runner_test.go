@@ -396,8 +396,10 @@ func TestGenerateFunction(t *testing.T) {
 	if len(res.Tokens) == 0 || out.String() != res.Text || res.PeakRSS <= 0 || res.PrefillTokPerSec() <= 0 {
 		t.Fatalf("result %+v, streamed %q", res, out.String())
 	}
-	if _, err := Generate(context.Background(), filepath.Join(t.TempDir(), "none"), GenerateOptions{Prompt: "x"}); err == nil {
-		t.Fatal("a missing model gave no error")
+	none := filepath.Join(t.TempDir(), "none")
+	if _, err := Generate(context.Background(), none, GenerateOptions{Prompt: "x"}); !errors.Is(err, ErrNoModel) ||
+		err.Error() != "model directory "+none+" does not exist" {
+		t.Fatalf("a missing model: %v", err)
 	}
 
 }
@@ -462,5 +464,44 @@ func TestContextLimit(t *testing.T) {
 	_, err = Generate(ctx, "../../testdata/tiny/qwen3_5_moe-q4g32", GenerateOptions{GenOptions: GenOptions{MaxNew: 4096}, Prompt: "hi"})
 	if !errors.Is(err, ErrContextLimit) || !strings.Contains(err.Error(), "max_position_embeddings 4096") {
 		t.Fatalf("Generate past the tiny model's 4096 positions: err = %v", err)
+	}
+}
+
+// Open names what is wrong with the model path before reading anything,
+// and a damaged container's error names the container once, without the
+// qpack package's own prefix.
+func TestOpenErrors(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "f.txt")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{filepath.Join(root, "missing"), "model directory " + filepath.Join(root, "missing") + " does not exist"},
+		{root, root + " is neither a .qpack container (no manifest.json) nor an MLX checkpoint (no config.json)"},
+		{file, file + " is a file, not a .qpack container or an MLX checkpoint directory"},
+	} {
+		_, err := Open(c.path, Options{})
+		if !errors.Is(err, ErrNoModel) || err.Error() != c.want {
+			t.Errorf("Open(%s): %v, want %q", c.path, err, c.want)
+		}
+	}
+
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	if err := os.Remove(filepath.Join(f.pack, "packed_experts", "layer_01.bin")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(f.pack, Options{})
+	want := f.pack + ": packed_experts/layer_01.bin: listed in manifest.json but missing"
+	if err == nil || err.Error() != want || errors.Is(err, ErrNoModel) {
+		t.Fatalf("damaged container: %v, want %q", err, want)
+	}
+	// A checkpoint's errors name their files already: no second path.
+	if err := os.WriteFile(filepath.Join(f.raw, "config.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(f.raw, Options{})
+	if err == nil || strings.Count(err.Error(), f.raw) != 1 {
+		t.Fatalf("bad checkpoint config: %v, want one naming %s once", err, f.raw)
 	}
 }
