@@ -38,7 +38,7 @@ func (v *verifier) checkFacts() {
 			Message: fmt.Sprintf(format, args...)})
 	}
 	if v.rep.VerifiedBefore == "" {
-		v.note("no receipt of an earlier verification: %s is covered by no digest; its quantBits, quantGroupSize and modelName are checked against %s and %s, but its free-text fields (sourceCheckpoint, qpack.toolVersion, qpack.source) have nothing to be checked against: only the receipt this verification leaves protects them from now on",
+		v.note("no receipt of an earlier verification: %s is covered by no digest; its quantBits, quantGroupSize and modelName are checked against %s and %s, but its free-text fields (sourceCheckpoint, qpack.toolVersion, qpack.source) have nothing to be checked against: only the receipt a passing verification leaves protects them afterwards",
 			qpack.ManifestName, qpack.LayoutName, configName)
 	}
 	var lq *layoutQuant
