@@ -137,6 +137,11 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: experts are not backed by files", dir)
 	}
+	if opt.IO == expertcache.Direct {
+		if why := directFallback(blobs); why != "" {
+			log.Warn("direct I/O requested, but expert reads will go through the page cache (buffered)", "model", dir, "why", why)
+		}
+	}
 	var all int64
 	for l := range blobs.Layers() {
 		all += blobs.BufSize(l) * int64(blobs.Experts())
@@ -179,6 +184,47 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil, "speculate", spec)
 	return &Runner{Model: m, Tokenizer: tok, Template: tmpl, EOS: eos, Cache: cache, Dir: dir,
 		chunk: chunk, spec: spec, noScan: opt.NoScan, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
+}
+
+// directFallback says why the expert cache's direct reads would fall back
+// to buffered ones for these experts ("" if they will not): direct reads
+// need file offsets and buffer positions that are multiples of
+// expertcache.Align, and a file system that allows them. It looks at the
+// first two experts of the first sparse layer.
+func directFallback(blobs *runtime.ExpertBlobs) string {
+	var ext []runtime.ExpertExtent
+	for l := range blobs.Layers() {
+		if blobs.BufSize(l) == 0 {
+			continue
+		}
+		for e := range min(2, blobs.Experts()) {
+			var err error
+			if ext, err = blobs.Extents(l, e, ext); err != nil {
+				return err.Error()
+			}
+		}
+		break
+	}
+	if len(ext) == 0 {
+		return ""
+	}
+	unaligned := 0
+	for _, x := range ext {
+		if x.Offset%expertcache.Align != 0 || x.BufOffset%expertcache.Align != 0 {
+			unaligned++
+		}
+	}
+	if unaligned > 0 {
+		if blobs.Container() == nil {
+			return fmt.Sprintf("an MLX checkpoint's expert tensors lie in its safetensors shards at offsets that are not multiples of %d bytes (%d of %d pieces of the first experts), which direct reads need; repack it into a .qpack container for direct reads",
+				expertcache.Align, unaligned, len(ext))
+		}
+		return fmt.Sprintf("%d of %d expert blobs checked start at offsets that are not multiples of %d bytes", unaligned, len(ext), expertcache.Align)
+	}
+	if !expertcache.DirectAvailable(ext[0].Path) {
+		return fmt.Sprintf("the file system of %s does not allow direct reads", ext[0].Path)
+	}
+	return ""
 }
 
 // DenseBytes is the memory the dense weights took when loaded: the Go heap

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -503,5 +504,31 @@ func TestOpenErrors(t *testing.T) {
 	_, err = Open(f.raw, Options{})
 	if err == nil || strings.Count(err.Error(), f.raw) != 1 {
 		t.Fatalf("bad checkpoint config: %v, want one naming %s once", err, f.raw)
+	}
+}
+
+// Direct I/O on a checkpoint directory (experts at unaligned offsets in
+// the shards) falls back to buffered reads with a warning that says why;
+// on a container it warns only where the file system refuses direct reads.
+func TestDirectIOFallbackWarns(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	open(t, f.raw, Options{IO: expertcache.Direct, Logger: log})
+	if s := logs.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, "page cache") ||
+		!strings.Contains(s, "not multiples of 4096 bytes") || !strings.Contains(s, f.raw) {
+		t.Fatalf("checkpoint with direct I/O logged:\n%s", s)
+	}
+	logs.Reset()
+	open(t, f.raw, Options{IO: expertcache.Buffered, Logger: log})
+	if strings.Contains(logs.String(), "page cache") {
+		t.Fatalf("buffered I/O warned:\n%s", logs.String())
+	}
+	logs.Reset()
+	open(t, f.pack, Options{IO: expertcache.Direct, Logger: log})
+	layer := filepath.Join(f.pack, "packed_experts", "layer_00.bin")
+	warned := strings.Contains(logs.String(), "page cache")
+	if avail := expertcache.DirectAvailable(layer); warned == avail {
+		t.Fatalf("container, direct reads available %v, warned %v:\n%s", avail, warned, logs.String())
 	}
 }
