@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,10 +27,12 @@ var commands []*cli.Command
 func register(c *cli.Command) { commands = append(commands, c) }
 
 // exitError carries a specific process exit code (verify-install uses 1 for
-// a bad container and 2 for unusable input).
+// a bad container and 2 for unusable input). A silent one is not printed
+// by main: the command has already shown it (in a report on stdout).
 type exitError struct {
-	code int
-	err  error
+	code   int
+	err    error
+	silent bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -40,6 +43,31 @@ func withCode(code int, err error) error {
 		return nil
 	}
 	return &exitError{code: code, err: err}
+}
+
+// silentCode is withCode for an error the command has already reported.
+func silentCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err, silent: true}
+}
+
+// exitStatus prints err on w (unless it is silent) and returns the exit
+// code it asks for: 0 for nil, an exitError's code, else 1.
+func exitStatus(w io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		fmt.Fprintln(w, "qpack:", err)
+		return 1
+	}
+	if !ee.silent {
+		fmt.Fprintln(w, "qpack:", err)
+	}
+	return ee.code
 }
 
 func newApp() *cli.App {
@@ -70,13 +98,8 @@ func main() {
 	app := newApp()
 	err := app.RunContext(ctx, interspersedArgs(app, os.Args))
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "qpack:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		os.Exit(1)
+	if code := exitStatus(os.Stderr, err); code != 0 {
+		os.Exit(code)
 	}
 }
 

@@ -120,15 +120,17 @@ func verifyInstall(c *cli.Context) error {
 	} else {
 		printVerify(w, &out)
 	}
+	// The report just printed names the status and every problem: the
+	// errors below set the exit code without being printed again.
 	switch {
 	case rep.Status == verify.StatusDamaged:
-		return withCode(1, fmt.Errorf("%s is damaged: %d problem(s)", dir, len(rep.ContainerProblems())+rep.ProblemsOmitted))
+		return silentCode(1, fmt.Errorf("%s is damaged: %d problem(s)", dir, len(rep.ContainerProblems())+rep.ProblemsOmitted))
 	case rep.Status == verify.StatusUnusable:
 		msg := rep.Error
 		if msg == "" && len(rep.Problems) > 0 {
 			msg = rep.Problems[0].String()
 		}
-		return withCode(2, fmt.Errorf("cannot verify %s: %s", dir, msg))
+		return silentCode(2, fmt.Errorf("cannot verify %s: %s", dir, msg))
 	case receiptErr != nil:
 		return withCode(2, receiptErr)
 	}

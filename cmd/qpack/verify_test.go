@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,4 +90,69 @@ func vfReadFile(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The report on stdout already states a fatal error; main must not print
+// it again on stderr, but must still exit with its code.
+func TestVerifyInstallErrorPrintedOnce(t *testing.T) {
+	notContainer := t.TempDir()
+	src := filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-q4g64")
+	damaged := filepath.Join(t.TempDir(), "tiny.qpack")
+	if _, err := repack.Run(context.Background(), repack.Options{FromDir: src, Output: damaged, Reserve: -1, ToolVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(damaged, filepath.FromSlash(qpack.LayerFile(1)))
+	data := vfReadFile(t, p)
+	data[100] ^= 1
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir, once, onceJSON string
+		code                     int
+	}{
+		{"unusable", notContainer, "not a qpack container", "not a qpack container", 2},
+		{"damaged", damaged, "layer 1 expert 0", `"expert-digest"`, 1},
+	} {
+		for _, asJSON := range []bool{false, true} {
+			args := []string{"verify-install", tc.dir}
+			if asJSON {
+				args = append(args, "--json")
+			}
+			out, err := runCLI(t, args...)
+			var stderr strings.Builder
+			if code := exitStatus(&stderr, err); code != tc.code {
+				t.Fatalf("%s json=%v: exit %d, want %d (%v)", tc.name, asJSON, code, tc.code, err)
+			}
+			if stderr.Len() != 0 {
+				t.Errorf("%s json=%v: printed again on stderr: %q", tc.name, asJSON, stderr.String())
+			}
+			once := tc.once
+			if asJSON {
+				once = tc.onceJSON
+			}
+			if n := strings.Count(out, once); n != 1 {
+				t.Errorf("%s json=%v: %q appears %d times in the report:\n%s", tc.name, asJSON, once, n, out)
+			}
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		code  int
+		print string
+	}{
+		{nil, 0, ""},
+		{errors.New("plain"), 1, "qpack: plain\n"},
+		{withCode(2, errors.New("usage")), 2, "qpack: usage\n"},
+		{silentCode(1, errors.New("shown")), 1, ""},
+		{fmt.Errorf("wrapped: %w", silentCode(2, errors.New("shown"))), 2, ""},
+	} {
+		var w strings.Builder
+		if code := exitStatus(&w, tc.err); code != tc.code || w.String() != tc.print {
+			t.Errorf("%v: code %d, printed %q; want %d, %q", tc.err, code, w.String(), tc.code, tc.print)
+		}
+	}
 }
