@@ -109,7 +109,7 @@ func TestVerifyInstallErrorPrintedOnce(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, dir, once, onceJSON string
-		code                     int
+		code                      int
 	}{
 		{"unusable", notContainer, "not a qpack container", "not a qpack container", 2},
 		{"damaged", damaged, "layer 1 expert 0", `"expert-digest"`, 1},
