@@ -539,3 +539,75 @@ func TestDirectIOFallbackWarns(t *testing.T) {
 		t.Fatalf("container, direct reads available %v, warned %v:\n%s", avail, warned, logs.String())
 	}
 }
+
+// A first chat turn that ends at an EOS id: the EOS is not kept in the
+// state; the template's end-of-turn text is, and the second turn equals a
+// fresh run over the whole conversation's tokens built here from the
+// template's literal text.
+func TestChatAfterEOS(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	r := open(t, f.pack, Options{ExpertCache: 1 << 30, PrefillChunk: 16})
+	ctx := context.Background()
+	no := false
+	opts := func(g GenOptions) ChatOptions { return ChatOptions{GenOptions: g, System: "be brief", EnableThinking: &no} }
+
+	// The greedy reply without EOS ids; its 5th token becomes the EOS id.
+	r.EOS = nil
+	probe, err := r.NewSession().Chat(ctx, "hello there", opts(GenOptions{MaxNew: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := probe.Tokens[4]
+	first := slices.Index(probe.Tokens, eos)
+	r.EOS = []int{eos}
+
+	s := r.NewSession()
+	res1, err := s.Chat(ctx, "hello there", opts(GenOptions{MaxNew: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res1.StopReason != "eos" || !slices.Equal(res1.Tokens, probe.Tokens[:first]) {
+		t.Fatalf("turn 1: stop %q tokens %v, want eos after %v", res1.StopReason, res1.Tokens, probe.Tokens[:first])
+	}
+	prompt1 := s.Tokens()[:res1.PromptTokens]
+
+	var turn2 run
+	gen := GenOptions{MaxNew: 8, OnToken: func(id int, l []float32) {
+		turn2.tokens = append(turn2.tokens, id)
+		turn2.logits = append(turn2.logits, slices.Clone(l))
+	}}
+	res2, err := s.Chat(ctx, "and again", opts(gen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The whole conversation: turn 1's prompt, the reply as sampled (the
+	// EOS id not in it), then the template's end of turn and the new turn.
+	endOfTurn := "<|im_end|>\n<|im_start|>user\nand again<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	want := slices.Concat(prompt1, res1.Tokens, r.Tokenizer.Encode(endOfTurn))
+	held := len(prompt1) + len(res1.Tokens) + res2.PromptTokens
+	if got := s.Tokens(); len(got) < held || !slices.Equal(got[:held], want) {
+		t.Fatalf("state after turn 2's prefill:\n%q\nwant\n%q", r.Tokenizer.Decode(got[:min(held, len(got))], false), r.Tokenizer.Decode(want, false))
+	}
+	if slices.Contains(s.Tokens()[len(prompt1):held], eos) && !slices.Contains(r.Tokenizer.Encode(endOfTurn), eos) {
+		t.Fatalf("the EOS id %d that ended turn 1 is in the state", eos)
+	}
+
+	fresh := open(t, f.raw, Options{ExpertCache: 1 << 30, PrefillChunk: 64})
+	fresh.EOS = r.EOS
+	got := generate(t, fresh.NewSession(), want, GenOptions{MaxNew: 8})
+	if !slices.Equal(got.tokens, turn2.tokens) {
+		t.Fatalf("fresh run over the conversation: %v, turn 2: %v", got.tokens, turn2.tokens)
+	}
+	// Prefilled in other chunks, the sums round differently (seen: up to
+	// 3.4e-5 of the largest logit): compare relative to it.
+	for i := range got.logits {
+		var d, scale float64
+		for j := range got.logits[i] {
+			d = max(d, math.Abs(float64(got.logits[i][j]-turn2.logits[i][j])))
+			scale = max(scale, math.Abs(float64(got.logits[i][j])))
+		}
+		if d > 1e-4*max(scale, 1) {
+			t.Errorf("step %d: logits differ by %g (largest logit %g)", i, d, scale)
+		}
+	}
+}
