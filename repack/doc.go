@@ -19,41 +19,56 @@
 // its hash; bytes that go nowhere (the header, skipped tensors) are "gap"
 // bytes. Workers (8 for the Hub, 2 for a directory) stream ranges through a
 // small tile buffer and write each piece with a positional write into the
-// pre-sized files of a qpack.Writer in "<output>.partial/"; gap bytes go to
-// a per-range spill file in the partial directory.
+// pre-sized files of a qpack.Writer in "<output>.partial/" (a local shard's
+// pieces are copied inside the kernel instead, with copy_file_range on
+// Linux); gap bytes go to a per-range spill file in the partial directory.
 //
 // One committer takes the ranges strictly in order. For each it re-reads
 // from disk what the range wrote (and its spill file), in source order, and
 // feeds those bytes to the shard's sha256 (and, for a Hub file stored
-// without LFS, its git blob sha1) and the written bytes to a BLAKE3 range
-// digest. At a shard's last range the hash is compared with what the Hub
-// published; a mismatch fails the repack, names the shard, and drops the
-// shard from the journal so a rerun fetches it again. Workers may run ahead
-// of the committer by at most 2N+2 ranges, which bounds memory (N tiles)
-// and spill space.
+// without LFS, its git blob sha1); for a range with gap bytes, the written
+// bytes also go to a BLAKE3 range digest. At a shard's last range the hash
+// is compared with what the Hub published; a mismatch fails the repack,
+// names the shard, and drops the shard from the journal so a rerun fetches
+// it again. Workers may run ahead of the committer by at most 2N+2 ranges,
+// which bounds memory (N tiles) and spill space.
+//
+// Once the last range that writes to an expert layer is committed (and no
+// redo of a damaged range is pending), the layer is sealed
+// (qpack.Writer.SealLayer): the Writer refuses further writes to it and
+// hashes its file and expert blobs in the background while later layers
+// are copied, so that Finish only hashes what is left (the last layer,
+// model.safetensors, the side files).
 //
 // # Journal and resume
 //
 // The journal (<output>.partial/.repack-journal.json) is bound to the plan's
 // fingerprint, the range size and the source's identity (commit, or the
 // shards' names, sizes and modification times). It holds the frontier F:
-// ranges [0, F) are complete: written, fsynced, digested and hashed. It
-// records their digests, the sha256 of every finished shard, and the
-// marshalled sha256 midstate of the shard F is in. It is replaced
-// atomically (temp file, fsync, rename, directory fsync) after fsyncing the
-// container's files, in the background every 256 MiB or 2 s.
+// ranges [0, F) are complete: written, fsynced, re-read and hashed. It
+// records, per completed range, the marshalled sha256 state of its shard
+// after it (the chain) and, for a range with gap bytes, its BLAKE3 range
+// digest; the sha256 of every finished shard; and the sha256 midstate of
+// the shard F is in. It is replaced atomically (temp file, fsync, rename,
+// directory fsync) after fsyncing the container's files, in the background
+// every 256 MiB or 2 s.
 //
-// A resumed run re-digests ranges [0, F) from disk and fetches again only
-// those whose bytes changed (their hash is already in the midstate; the
-// re-fetched bytes must match the recorded digest), then continues the
-// shard hash from the midstate at F. No completed range is fetched again.
+// A resumed run re-checks ranges [0, F) from disk, each by itself: a range
+// whose bytes all land in the container by hashing them with sha256 from
+// the chain state before it, which must give the state recorded after it;
+// a range with gap bytes (not kept) by its BLAKE3 range digest. It fetches
+// again only the ranges whose bytes changed (their hash is already in the
+// midstate; the re-fetched bytes must pass the same check), then continues
+// the shard hash from the midstate at F. No completed range is fetched
+// again.
 // Ranges after F that were written but not committed are simply redone.
 // Because completion is in order, the bytes hashed are always exactly the
 // shard's bytes in order: there is no need to re-assemble the shard.
 //
 // A changed plan, range size or source is refused unless DiscardPartial is
 // set. An exclusive flock on "<output>.lock" keeps two repacks apart.
-// qpack's Finish hashes every file and expert blob into the manifest,
+// qpack's Finish puts the digest of every file and expert blob into the
+// manifest (hashing those not hashed after sealing),
 // removes the working files (journal, spill directory), renames the
 // directory into place and fsyncs the parent; a run killed in there resumes
 // too (a finished partial directory is checked against its manifest's
