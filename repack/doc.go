@@ -68,10 +68,10 @@
 // A changed plan, range size or source is refused unless DiscardPartial is
 // set. An exclusive flock on "<output>.lock" keeps two repacks apart.
 // qpack's Finish puts the digest of every file and expert blob into the
-// manifest (hashing those not hashed after sealing),
-// removes the working files (journal, spill directory), renames the
-// directory into place and fsyncs the parent; a run killed in there resumes
-// too (a finished partial directory is checked against its manifest's
-// digests and renamed; a complete container from the same Hub commit is
-// reported as already complete).
+// manifest (hashing those not hashed after sealing), removes the working
+// files (journal, spill directory), renames the directory into place and
+// fsyncs the parent; a run killed in there resumes too (a finished partial
+// directory is checked against its manifest's digests and renamed; a
+// complete container from the same Hub commit is reported as already
+// complete).
 package repack
