@@ -611,3 +611,32 @@ func TestChatAfterEOS(t *testing.T) {
 		}
 	}
 }
+
+// A qwen3_5_moe model directory without generation_config.json (a copy of
+// the committed tiny model) gets its EOS id from config.json's
+// text_config.
+func TestEOSFromTextConfig(t *testing.T) {
+	src := "../../testdata/tiny/qwen3_5_moe-q4g32"
+	dir := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == "generation_config.json" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := open(t, dir, Options{ExpertCache: 1 << 30})
+	// 356 is text_config.eos_token_id in the tiny model's config.json.
+	if !slices.Equal(r.EOS, []int{356}) {
+		t.Fatalf("EOS ids %v, want [356] from text_config", r.EOS)
+	}
+}
