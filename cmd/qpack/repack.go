@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/repack"
 )
 
@@ -30,7 +34,7 @@ any point, the same command resumes; a Hub repo that already holds a .qpack is d
 			&cli.StringFlag{Name: "from-hf", Usage: "Hub repo id `ORG/NAME` of an MLX checkpoint (or of a built .qpack)"},
 			&cli.StringFlag{Name: "revision", Usage: "branch, tag or commit of --from-hf", Value: "main"},
 			&cli.StringFlag{Name: "from-dir", Usage: "local MLX checkpoint `DIR`"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the container to create, `X.qpack`", Required: true},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the container to create, `X.qpack` (required)"},
 			&cli.IntFlag{Name: "connections", Usage: "concurrent range reads (default 8 for the Hub, 2 for a directory)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "replace an existing container at --output"},
 			&cli.BoolFlag{Name: "discard-partial", Usage: "throw away an interrupted repack of --output and start over"},
@@ -40,6 +44,8 @@ any point, the same command resumes; a Hub repo that already holds a .qpack is d
 			&cli.Int64Flag{Name: "reserve", Usage: "free space to leave on the output's disk, in bytes (default 1 GiB; -1: none)", Hidden: true},
 		},
 		Action: repackAction,
+		// A flag that does not parse is a usage error, exit 2.
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error { return withCode(2, fmt.Errorf("repack: %w", err)) },
 	})
 }
 
@@ -58,8 +64,29 @@ func repackAction(c *cli.Context) error {
 		return withCode(2, fmt.Errorf("repack: --connections must be between 1 and 64"))
 	}
 	out := c.String("output")
+	if !c.IsSet("output") {
+		return withCode(2, fmt.Errorf("repack: give --output X.qpack, the container to create"))
+	}
 	if strings.TrimSpace(out) == "" {
 		return withCode(2, fmt.Errorf("repack: --output is empty"))
+	}
+	if abs, err := filepath.Abs(out); err != nil {
+		return withCode(2, fmt.Errorf("repack: --output %s: %w", out, err))
+	} else if st, err := os.Stat(filepath.Dir(abs)); err != nil || !st.IsDir() {
+		return withCode(2, fmt.Errorf("repack: --output %s: its directory %s does not exist", out, filepath.Dir(abs)))
+	}
+	if hf != "" {
+		if err := hfhub.ValidateRepoID(hf); err != nil {
+			return withCode(2, fmt.Errorf("repack: --from-hf: %w", err))
+		}
+	}
+	if dir != "" {
+		// An unusable source is the input's fault (exit 2), not a failed
+		// repack: plan it before anything is written. Planning reads only
+		// config.json and the shard headers.
+		if err := checkRepackDir(c.Context, dir); err != nil {
+			return withCode(2, fmt.Errorf("repack: %w", err))
+		}
 	}
 	o := repack.Options{
 		FromHF: hf, Revision: c.String("revision"), FromDir: dir, Output: out,
@@ -77,7 +104,7 @@ func repackAction(c *cli.Context) error {
 		bar.finish()
 	}
 	if err != nil {
-		return err
+		return withCode(repackExitCode(err), err)
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -86,6 +113,42 @@ func repackAction(c *cli.Context) error {
 	}
 	printRepackSummary(c.App.Writer, res)
 	return nil
+}
+
+// checkRepackDir opens and plans a local checkpoint: a path that does not
+// exist, is not a directory, or holds no usable MLX checkpoint fails here.
+// The errors name dir.
+func checkRepackDir(ctx context.Context, dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("source directory: %w", err) // the path error names dir
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", dir)
+	}
+	ds, err := repack.OpenDir(dir) // its errors name dir or the shard
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	if _, err := repack.PlanSource(ctx, ds); err != nil {
+		return fmt.Errorf("%s: not a usable checkpoint: %w", dir, err)
+	}
+	return nil
+}
+
+// repackExitCode is 2 for errors that say the input or the request is
+// unusable (an existing output without --overwrite, a Hub repository or
+// revision that does not exist or cannot be accessed), 1 for a failure
+// during the repack.
+func repackExitCode(err error) int {
+	for _, e := range []error{repack.ErrExists, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
+		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized} {
+		if errors.Is(err, e) {
+			return 2
+		}
+	}
+	return 1
 }
 
 func printRepackSummary(w io.Writer, r *repack.Result) {

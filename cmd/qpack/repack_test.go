@@ -39,10 +39,10 @@ func TestRepackCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	// Again: the container exists.
+	// Again: the container exists (a usage error, exit 2).
 	_, err = runCLI(t, "repack", "--from-dir", src, "--output", out, "--reserve", "-1")
-	if err == nil || !strings.Contains(err.Error(), "--overwrite") {
-		t.Errorf("second repack: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "--overwrite") || vfExitCode(err) != 2 {
+		t.Errorf("second repack: %v (exit %d)", err, vfExitCode(err))
 	}
 	stdout, err = runCLI(t, "repack", "--from-dir", src, "--output", out, "--overwrite", "--reserve", "-1")
 	if err != nil || !strings.Contains(stdout, "repacked") || !strings.Contains(stdout, "sha256 recorded") {
@@ -54,17 +54,74 @@ func TestRepackCLI(t *testing.T) {
 }
 
 func TestRepackCLIUsage(t *testing.T) {
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "ckpt")
+	if err := tinymodel.Generate(src, tinymodel.Spec{Arch: tinymodel.ArchQwen3Next, Bits: 4, GroupSize: 64, Shards: 1, Seed: tinymodel.SeedQwen3Next}); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(tmp, "empty")
+	configOnly := filepath.Join(tmp, "config-only")
+	notCkpt := filepath.Join(tmp, "not-a-checkpoint")
+	for _, d := range []string{empty, configOnly, notCkpt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(configOnly, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Shards, but a config.json that names no known model.
+	shards, _ := filepath.Glob(filepath.Join(src, "*.safetensors"))
+	for _, sh := range shards {
+		data, err := os.ReadFile(sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(notCkpt, filepath.Base(sh)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(notCkpt, "config.json"), []byte(`{"model_type": "llama"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	aFile := filepath.Join(src, "config.json")
+	out := filepath.Join(tmp, "x.qpack")
 	for _, args := range [][]string{
 		{"repack", "--output", "x.qpack"},
 		{"repack", "--from-hf", "a/b", "--from-dir", "d", "--output", "x.qpack"},
 		{"repack", "--from-dir", "d", "--revision", "v1", "--output", "x.qpack"},
 		{"repack", "--from-dir", "d", "--output", "x.qpack", "extra"},
+		{"repack", "--from-dir", src},                                                  // no --output
+		{"repack", "--from-dir", src, "--output", ""},                                  // empty --output
+		{"repack", "--from-dir", src, "--output", filepath.Join(tmp, "no", "x.qpack")}, // its directory is missing
+		{"repack", "--from-dir", filepath.Join(tmp, "nosuch"), "--output", out},        // source does not exist
+		{"repack", "--from-dir", aFile, "--output", out},                               // source is a file
+		{"repack", "--from-dir", empty, "--output", out},                               // no checkpoint in it
+		{"repack", "--from-dir", configOnly, "--output", out},                          // config.json, no shards
+		{"repack", "--from-dir", notCkpt, "--output", out},                             // shards, unknown model
+		{"repack", "--from-hf", "not a repo id", "--output", out},
+		{"repack", "--from-dir", src, "--output", out, "--connections", "many"}, // a flag that does not parse
+		{"repack", "--from-dir", src, "--output", out, "--nosuchflag"},
 	} {
-		_, err := runCLI(t, args...)
+		stdout, err := runCLI(t, args...)
 		var ee *exitError
 		if err == nil || !asExit(err, &ee) || ee.code != 2 {
-			t.Errorf("%v: err %v, want a usage error (exit 2)", args, err)
+			t.Errorf("%q: err %v, want a usage error (exit 2)\n%s", args, err, stdout)
 		}
+		t.Logf("%v: %v", args[1:], err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a container was written")
+	}
+	// A failure during the repack (here: the output's disk lacks the free
+	// space asked for) is exit 1.
+	_, err = runCLI(t, "repack", "--from-dir", src, "--output", out, "--reserve", "4611686018427387904")
+	if code := vfExitCode(err); code != 1 {
+		t.Errorf("no space: err %v, exit %d, want 1", err, code)
 	}
 }
 
