@@ -30,7 +30,8 @@ func init() {
 		Description: "MODEL is a .qpack container or an MLX checkpoint directory. The text is streamed to stdout as it\n" +
 			"is produced; a summary (prefill and decode tok/s, peak RSS, expert cache hit rate, bytes read per\n" +
 			"token) follows on stderr, or everything comes as one JSON object with --json. The first generated token\n" +
-			"comes from the prefill's logits: the decode rate is forward passes (generated tokens - 1 at most) per second.",
+			"comes from the prefill's logits: the decode rate is one-token forward passes per second (generated tokens - 1,\n" +
+			"or as many as the generated tokens when an EOS, which is not counted among them, ended the generation).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "prompt", Usage: "the prompt (required)"},
 			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt in the model's chat template as a user turn"},
@@ -345,8 +346,9 @@ func newCacheReport(st expertcache.Stats) cacheReport {
 
 // runReport is what generate prints at the end (and chat per turn). The
 // first generated token is sampled from the prefill's logits, so decode
-// runs at most generated_tokens - 1 one-token forward passes
-// (decode_forward_passes), and decode_tok_per_sec is
+// runs generated_tokens - 1 one-token forward passes
+// (decode_forward_passes), or generated_tokens when an EOS id (sampled,
+// not counted) ended the generation; decode_tok_per_sec is
 // decode_forward_passes / decode_seconds.
 type runReport struct {
 	Text            string  `json:"text"`
