@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -27,21 +29,8 @@ var errStopped = errors.New("stopped")
 // nil, is called with the number of bytes hashed since its previous call
 // (from one goroutine at a time).
 func DigestFile(r io.Reader, progress func(n int64)) (string, error) {
-	return digestFile(r, progress, nil)
-}
-
-func digestFile(r io.Reader, progress func(n int64), stop func() bool) (string, error) {
-	h := blake3.New()
-	_, err := pipeline(r, -1, []func([]byte){func(b []byte) {
-		h.Write(b)
-		if progress != nil {
-			progress(int64(len(b)))
-		}
-	}}, stop)
-	if err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	d, _, err := fileDigest(newReaderSource(r, -1), progress, nil)
+	return d, err
 }
 
 // DigestLayer reads a layer file of expertCount blobs of stride bytes from r
@@ -54,14 +43,108 @@ func DigestLayer(r io.Reader, expertCount int, stride int64, progress func(n int
 	return digestLayer(r, expertCount, stride, progress, nil)
 }
 
-func digestLayer(r io.Reader, expertCount int, stride int64, progress func(n int64), stop func() bool) (file string, experts []string, err error) {
+func layerTotal(expertCount int, stride int64) (int64, error) {
 	if expertCount <= 0 || stride <= 0 || stride > (1<<62)/int64(expertCount) {
-		return "", nil, fmt.Errorf("bad layer shape: %d experts x %d bytes", expertCount, stride)
+		return 0, fmt.Errorf("bad layer shape: %d experts x %d bytes", expertCount, stride)
 	}
-	total := int64(expertCount) * stride
+	return int64(expertCount) * stride, nil
+}
+
+// digestOpenFile digests f, which must hold exactly size bytes (a layer
+// file: expertCount x stride bytes, also digested per expert when
+// expertCount > 0). Where it can it hashes the file through read-only
+// mappings (no copy into a buffer); else it reads it.
+func digestOpenFile(f *os.File, size int64, expertCount int, stride int64, progress func(int64), stop func() bool) (string, []string, error) {
+	if expertCount > 0 {
+		total, err := layerTotal(expertCount, stride)
+		if err != nil {
+			return "", nil, err
+		}
+		if total != size {
+			return "", nil, fmt.Errorf("internal error: layer file of %d bytes for %d experts x %d", size, expertCount, stride)
+		}
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return "", nil, err
+	}
+	src, ok, err := mapSourceFor(f, st.Size())
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok {
+		// Read it, checking the length as the reader digests do.
+		r := io.LimitReader(f, size+1)
+		if expertCount > 0 {
+			file, experts, err := digestLayer(r, expertCount, stride, progress, stop)
+			return file, experts, err
+		}
+		d, n, err := fileDigest(newReaderSource(r, -1), progress, stop)
+		if err == nil && n != size {
+			err = fmt.Errorf("%d bytes, want %d", n, size)
+		}
+		return d, nil, err
+	}
+	defer src.close()
+	if st.Size() != size {
+		if expertCount > 0 {
+			if st.Size() > size {
+				return "", nil, fmt.Errorf("file is longer than %d experts x %d bytes", expertCount, stride)
+			}
+			e := st.Size() / stride
+			return "", nil, fmt.Errorf("expert %d: file ends inside expert %d", e, e)
+		}
+		return "", nil, fmt.Errorf("%d bytes, want %d", st.Size(), size)
+	}
+	if expertCount > 0 {
+		file, experts, _, err := layerDigests(src, expertCount, stride, progress, stop)
+		return file, experts, err
+	}
+	d, _, err := fileDigest(src, progress, stop)
+	return d, nil, err
+}
+
+// digestLayer is DigestLayer with a stop function.
+func digestLayer(r io.Reader, expertCount int, stride int64, progress func(int64), stop func() bool) (string, []string, error) {
+	total, err := layerTotal(expertCount, stride)
+	if err != nil {
+		return "", nil, err
+	}
+	file, experts, n, err := layerDigests(newReaderSource(r, total), expertCount, stride, progress, stop)
+	if err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("file ends inside expert %d", n/stride)
+		}
+		return "", nil, fmt.Errorf("expert %d: %w", min(n/stride, int64(expertCount)-1), err)
+	}
+	var one [1]byte
+	if k, _ := io.ReadFull(r, one[:]); k != 0 {
+		return "", nil, fmt.Errorf("file is longer than %d experts x %d bytes", expertCount, stride)
+	}
+	return file, experts, nil
+}
+
+// fileDigest hashes everything src yields.
+func fileDigest(src blockSource, progress func(int64), stop func() bool) (string, int64, error) {
+	h := blake3.New()
+	n, err := pipeline(src, []func([]byte){func(b []byte) {
+		h.Write(b)
+		if progress != nil {
+			progress(int64(len(b)))
+		}
+	}}, stop)
+	if err != nil {
+		return "", n, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// layerDigests hashes the expertCount x stride bytes src yields as a
+// whole and per stride, in two goroutines.
+func layerDigests(src blockSource, expertCount int, stride int64, progress func(int64), stop func() bool) (string, []string, int64, error) {
 	fh := blake3.New()
 	eh := blake3.New()
-	experts = make([]string, 0, expertCount)
+	experts := make([]string, 0, expertCount)
 	var pos int64 // within the current expert
 	fileSink := func(b []byte) {
 		fh.Write(b)
@@ -81,44 +164,95 @@ func digestLayer(r io.Reader, expertCount int, stride int64, progress func(n int
 			}
 		}
 	}
-	n, err := pipeline(r, total, []func([]byte){fileSink, expertSink}, stop)
+	n, err := pipeline(src, []func([]byte){fileSink, expertSink}, stop)
 	if err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			err = fmt.Errorf("file ends inside expert %d", n/stride)
-		}
-		return "", nil, fmt.Errorf("expert %d: %w", min(n/stride, int64(expertCount)-1), err)
+		return "", nil, n, err
 	}
-	var one [1]byte
-	if k, _ := io.ReadFull(r, one[:]); k != 0 {
-		return "", nil, fmt.Errorf("file is longer than %d experts x %d bytes", expertCount, stride)
+	if len(experts) != expertCount || pos != 0 {
+		return "", nil, n, fmt.Errorf("internal error: %d expert digests for %d experts", len(experts), expertCount)
 	}
-	if len(experts) != expertCount {
-		return "", nil, fmt.Errorf("internal error: %d expert digests for %d experts", len(experts), expertCount)
-	}
-	return hex.EncodeToString(fh.Sum(nil)), experts, nil
+	return hex.EncodeToString(fh.Sum(nil)), experts, n, nil
 }
 
-// pipeline reads r in blocks and hands every block, in order, to each sink;
-// each sink runs in its own goroutine, and a block's buffer is read into
-// again only after every sink is done with it. With limit >= 0 it reads
-// exactly limit bytes (io.ErrUnexpectedEOF or io.EOF if r ends first);
-// with limit < 0 it reads to EOF. It returns the bytes read, once every
-// sink has consumed them. stop, if not nil, is polled between blocks; when
-// it returns true pipeline returns errStopped.
-func pipeline(r io.Reader, limit int64, sinks []func([]byte), stop func() bool) (int64, error) {
+// blockSource yields the blocks a pipeline hashes, in order.
+type blockSource interface {
+	// next returns the next block, or nil at the end; release must be
+	// called once every sink is done with the block.
+	next() (b []byte, release func(), err error)
+	// close releases what the source holds, once every block is released.
+	close()
+}
+
+// readerSource reads an io.Reader into hashBuffers reused buffers. With
+// limit >= 0 it yields exactly limit bytes (io.ErrUnexpectedEOF or io.EOF
+// if the reader ends first); with limit < 0 everything up to EOF.
+type readerSource struct {
+	r       io.Reader
+	limit   int64
+	n       int64
+	free    chan []byte
+	done    bool
+	pending error // a read error to return after the bytes read with it
+}
+
+func newReaderSource(r io.Reader, limit int64) *readerSource {
 	size := int64(hashBlock)
 	if limit >= 0 {
 		size = max(1, min(size, limit))
 	}
-	type block struct {
-		b    []byte
-		refs *atomic.Int32
-	}
-	free := make(chan []byte, hashBuffers)
+	s := &readerSource{r: r, limit: limit, free: make(chan []byte, hashBuffers)}
 	for i := 0; i < hashBuffers; i++ {
-		free <- make([]byte, size)
+		s.free <- make([]byte, size)
+	}
+	return s
+}
+
+func (s *readerSource) next() ([]byte, func(), error) {
+	if s.pending != nil {
+		err := s.pending
+		s.pending, s.done = nil, true
+		return nil, nil, err
+	}
+	if s.done || (s.limit >= 0 && s.n >= s.limit) {
+		return nil, nil, nil
+	}
+	b := <-s.free
+	if s.limit >= 0 {
+		b = b[:min(int64(len(b)), s.limit-s.n)]
+	}
+	k, err := io.ReadFull(s.r, b)
+	if s.limit < 0 && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+		s.done, err = true, nil
+	}
+	if k == 0 {
+		s.free <- b[:cap(b)]
+		if err != nil {
+			s.done = true
+		}
+		return nil, nil, err
+	}
+	s.n += int64(k)
+	s.pending = err
+	return b[:k], func() { s.free <- b[:cap(b)] }, nil
+}
+
+func (s *readerSource) close() {}
+
+// pipeline hands every block of src, in order, to each sink; each sink
+// runs in its own goroutine. It returns the bytes hashed, once every sink
+// has consumed them. stop, if not nil, is polled between blocks; when it
+// returns true pipeline returns errStopped. A sink that faults on a
+// mapped block (an I/O error under a mapping) makes pipeline return an
+// error instead of crashing the program.
+func pipeline(src blockSource, sinks []func([]byte), stop func() bool) (int64, error) {
+	type block struct {
+		b       []byte
+		refs    *atomic.Int32
+		release func()
 	}
 	chans := make([]chan block, len(sinks))
+	sinkErrs := make([]error, len(sinks))
+	var failed atomic.Bool
 	var wg sync.WaitGroup
 	for i, sink := range sinks {
 		ch := make(chan block, hashBuffers)
@@ -126,61 +260,67 @@ func pipeline(r io.Reader, limit int64, sinks []func([]byte), stop func() bool) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			debug.SetPanicOnFault(true)
 			for k := range ch {
-				sink(k.b)
+				if sinkErrs[i] == nil {
+					if sinkErrs[i] = guardFault(sink, k.b); sinkErrs[i] != nil {
+						failed.Store(true)
+					}
+				}
 				if k.refs.Add(-1) == 0 {
-					free <- k.b[:cap(k.b)]
+					k.release()
 				}
 			}
 		}()
 	}
 	var n int64
 	var err error
-	for limit < 0 || n < limit {
+	for {
 		if stop != nil && stop() {
 			err = errStopped
 			break
 		}
-		b := <-free
-		if limit >= 0 {
-			b = b[:min(int64(len(b)), limit-n)]
-		}
-		var k int
-		if limit >= 0 {
-			k, err = io.ReadFull(r, b)
-		} else {
-			k, err = readFullOrEOF(r, b)
-		}
-		if k > 0 {
-			refs := new(atomic.Int32)
-			refs.Store(int32(len(sinks)))
-			for _, ch := range chans {
-				ch <- block{b[:k], refs}
-			}
-			n += int64(k)
-		} else {
-			free <- b
-		}
-		if err != nil {
+		if failed.Load() {
 			break
 		}
+		var b []byte
+		var release func()
+		b, release, err = src.next()
+		if err != nil || b == nil {
+			break
+		}
+		refs := new(atomic.Int32)
+		refs.Store(int32(len(sinks)))
+		for _, ch := range chans {
+			ch <- block{b, refs, release}
+		}
+		n += int64(len(b))
 	}
 	for _, ch := range chans {
 		close(ch)
 	}
 	wg.Wait()
-	if limit < 0 && err == io.EOF {
-		err = nil
+	src.close()
+	for _, e := range sinkErrs {
+		if e != nil {
+			return n, e
+		}
 	}
 	return n, err
 }
 
-// readFullOrEOF fills b from r, stopping early only at EOF (returned with
-// the bytes read, possibly none).
-func readFullOrEOF(r io.Reader, b []byte) (int, error) {
-	n, err := io.ReadFull(r, b)
-	if err == io.ErrUnexpectedEOF {
-		err = io.EOF
-	}
-	return n, err
+// guardFault runs sink on b and turns a memory fault (what reading a
+// mapped file that can no longer be read causes) into an error.
+func guardFault(sink func([]byte), b []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("the file could not be read (memory fault at %#x: %v)", f.Addr(), r)
+				return
+			}
+			panic(r)
+		}
+	}()
+	sink(b)
+	return nil
 }

@@ -812,19 +812,15 @@ func (w *Writer) hashOne(rel string, size int64, progress func(int64), stop func
 	if err := f.Sync(); err != nil {
 		return "", nil, &Error{File: rel, Key: "fsync", Err: err}
 	}
-	r := io.LimitReader(f, size+1)
+	experts, stride := 0, int64(0)
 	if _, isLayer := parseLayerFile(rel); isLayer {
-		fd, eds, err := digestLayer(r, w.layout.ExpertCount, w.layout.ExpertStride, progress, stop)
-		if err != nil {
-			return "", nil, &Error{File: rel, Err: err}
-		}
-		return fd, eds, nil
+		experts, stride = w.layout.ExpertCount, w.layout.ExpertStride
 	}
-	fd, err := digestFile(r, progress, stop)
+	fd, eds, err := digestOpenFile(f, size, experts, stride, progress, stop)
 	if err != nil {
 		return "", nil, &Error{File: rel, Err: err}
 	}
-	return fd, nil, nil
+	return fd, eds, nil
 }
 
 // place renames the finished temporary directory to the destination,
