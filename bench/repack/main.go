@@ -75,6 +75,7 @@ func main() {
 	cold := flag.Bool("cold", false, "drop the page cache before each run (needs root)")
 	hubCaps := flag.String("hub-caps", "48000000,12000000", "per-connection bandwidth caps of the fake Hub to measure, bytes/s, comma separated")
 	conns := flag.Int("connections", 8, "connections for the Hub benchmark")
+	dirConns := flag.Int("dir-connections", 0, "concurrent range copies of the local repack (0: its default)")
 	skipHub := flag.Bool("skip-hub", false, "skip the Hub benchmark")
 	asJSON := flag.Bool("json", false, "print the results as JSON")
 	reuse := flag.Bool("reuse", false, "keep the generated large checkpoint in -dir (qpack-bench-src-LxE) and reuse it on later runs")
@@ -108,6 +109,9 @@ func main() {
 				trace.Start(f)
 				defer trace.Stop()
 			}
+		}
+		if *hubURL == "" {
+			*conns = *dirConns
 		}
 		runChild(*child, *src, *out, *hubURL, *repo, *conns)
 		return
@@ -307,7 +311,7 @@ func runChild(kind, src, out, hub, repo string, conns int) {
 			o.FromHF, o.Endpoint, o.Connections = repo, hub, conns
 			o.Hub = hfhub.Options{Anonymous: true}
 		} else {
-			o.FromDir = src
+			o.FromDir, o.Connections = src, conns
 		}
 		var res *repack.Result
 		res, err = repack.Run(ctx, o)
