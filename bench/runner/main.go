@@ -338,6 +338,10 @@ type decodeRow struct {
 	// RatioToBound is decode tok/s over the better of the I/O limit and
 	// the compute-only rate: what perfect overlap would reach.
 	RatioToBound float64 `json:"ratio_to_min_io_compute"`
+	// RatioToNeeded is decode tok/s over the I/O limit of the bytes read
+	// less those read for wrong guesses: speculation judged by the reads
+	// it needed, not by the ones it added.
+	RatioToNeeded float64 `json:"ratio_to_io_limit_of_needed_bytes"`
 }
 
 func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertcache.IOMode, dir string, keep, asJSON bool) error {
@@ -435,6 +439,7 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 			row.IOMs, row.ComputeMs, row.TokenMs = io, computeMs, t
 			row.Overlap = max(0, min(1, (computeMs+io-t)/min(computeMs, io)))
 			row.RatioToBound = res.TokPerSec / min(row.IOLimitTokS, warm.TokPerSec)
+			row.RatioToNeeded = res.TokPerSec * (res.BytesPerToken - res.SpecWastedPerToken) / row.BandwidthBps
 		}
 		row.RSSOverBudget = res.PeakRSS - res.Dense - res.Budget
 		row.RSSOverAlloc = res.PeakRSS - res.Dense - res.PeakAllocated
@@ -481,23 +486,23 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		layers, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
 	fmt.Printf("load average (1 min) before %s, after %s; best of %d rounds\n", loadBefore, loadAfter, rounds)
 	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
-	fmt.Printf("%-22s %9s %8s %11s %8s %10s %11s %11s %8s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
+	fmt.Printf("%-22s %9s %8s %11s %8s %10s %11s %11s %8s %9s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs needed", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
 	for _, r := range rows {
 		x := r.Res
-		limit, ratio := "-", "-"
+		limit, ratio, needed := "-", "-", "-"
 		if r.IOLimitTokS > 0 {
-			limit, ratio = fmt.Sprintf("%.2f tok/s", r.IOLimitTokS), fmt.Sprintf("%.2fx", r.RatioToLimit)
+			limit, ratio, needed = fmt.Sprintf("%.2f tok/s", r.IOLimitTokS), fmt.Sprintf("%.2fx", r.RatioToLimit), fmt.Sprintf("%.2fx", r.RatioToNeeded)
 		}
 		guessed := "-"
 		if x.Speculate > 0 {
 			guessed = fmt.Sprintf("%.0f%%", 100*x.SpecRecall)
 		}
-		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
-			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
+		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %9s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, needed, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
 	}
 	fmt.Printf("%-22s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
 		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
-	fmt.Println("(I/O limit: pread bandwidth / bytes read per token; vs bound: against the lower of the I/O limit and the compute-only rate, what perfect overlap would give; overlap: share of the shorter of compute and I/O time hidden behind the other)")
+	fmt.Println("(I/O limit: pread bandwidth / bytes read per token; vs needed: against the I/O limit of the bytes read less those read for wrong guesses; vs bound: against the lower of the I/O limit and the compute-only rate, what perfect overlap would give; overlap: share of the shorter of compute and I/O time hidden behind the other)")
 	fmt.Printf("(dense weights in RAM: %s; RSS-dense-B is peak RSS minus dense weights minus the cache budget)\n", mib(float64(rows[0].Res.Dense)))
 	fmt.Println("(speculating: each layer's top-k experts guessed from the residual entering it and read during its attention/DeltaNet; guessed: share of the real experts guessed; hit rate and read/token include the guesses' reads)")
 	for i, frac := range fracs {
