@@ -20,7 +20,8 @@
 // The synthetic checkpoints are random bytes with valid headers; they and
 // every output are deleted at the end.
 //
-//	go run ./bench/repack [-dir /tmp] [-layers 10] [-small-layers 4] [-rounds 2] [-json]
+//	go run ./bench/repack [-dir /tmp] [-layers 10] [-small-layers 4] [-rounds 2] [-cold] [-json]
+//	    [-only-local] [-reuse] [-profile cpu.pprof] [-dir-connections N]
 package main
 
 import (
