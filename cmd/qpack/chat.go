@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/urfave/cli/v2"
 
@@ -49,12 +48,7 @@ func chatAction(c *cli.Context) error {
 	}
 	defer r.Close()
 	out, errw := c.App.Writer, c.App.ErrWriter
-	if !s.json {
-		s.gen.OnText = func(t string) error {
-			_, err := io.WriteString(out, t)
-			return err
-		}
-	}
+	s.streamTo(out)
 	sess := r.NewSession()
 	var reports []chatTurn
 	for i, turn := range turns {

@@ -218,6 +218,18 @@ func (s *runSettings) close() {
 	}
 }
 
+// streamTo makes generated text stream to out as it is produced (not in
+// --json mode, where it comes in the report).
+func (s *runSettings) streamTo(out io.Writer) {
+	if s.json {
+		return
+	}
+	s.gen.OnText = func(t string) error {
+		_, err := io.WriteString(out, t)
+		return err
+	}
+}
+
 func (s *runSettings) thinking() *bool {
 	if !s.noThink {
 		return nil
@@ -269,12 +281,7 @@ func generateAction(c *cli.Context) error {
 	}
 	defer r.Close()
 	out, errw := c.App.Writer, c.App.ErrWriter
-	if !s.json {
-		s.gen.OnText = func(t string) error {
-			_, err := io.WriteString(out, t)
-			return err
-		}
-	}
+	s.streamTo(out)
 	sess := r.NewSession()
 	var res *runner.Result
 	if l.Bool("chat") {

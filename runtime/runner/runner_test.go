@@ -549,7 +549,9 @@ func TestChatAfterEOS(t *testing.T) {
 	r := open(t, f.pack, Options{ExpertCache: 1 << 30, PrefillChunk: 16})
 	ctx := context.Background()
 	no := false
-	opts := func(g GenOptions) ChatOptions { return ChatOptions{GenOptions: g, System: "be brief", EnableThinking: &no} }
+	opts := func(g GenOptions) ChatOptions {
+		return ChatOptions{GenOptions: g, System: "be brief", EnableThinking: &no}
+	}
 
 	// The greedy reply without EOS ids; its 5th token becomes the EOS id.
 	r.EOS = nil
