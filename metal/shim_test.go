@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -282,15 +283,36 @@ func (d *shimDevice) alloc(n int) (*region, error) {
 
 func (d *shimDevice) free(r *region) { r.mem = nil }
 
+// shimExitWait bounds how long close waits for the harness to exit after
+// its input ends before killing it.
+const shimExitWait = 10 * time.Second
+
+// close ends the harness's input and waits for it to exit (it must, on its
+// own, within shimExitWait; otherwise it is killed and that is an error).
 func (d *shimDevice) close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.dead == nil {
-		d.dead = errors.New("shim closed")
-		d.stdin.Close()
-		return d.cmd.Wait()
+	if d.dead != nil {
+		return nil
 	}
-	return nil
+	d.dead = errors.New("shim closed")
+	d.stdin.Close()
+	return waitBounded(d.cmd, shimExitWait)
+}
+
+// waitBounded waits for cmd to exit; past limit it kills the process, reaps
+// it and reports that it did not exit by itself.
+func waitBounded(cmd *exec.Cmd, limit time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("shim harness (pid %d) did not exit within %v of the end of its input; killed", cmd.Process.Pid, limit)
+	}
 }
 
 func (d *shimDevice) run(ls []*launch) error {
@@ -386,7 +408,7 @@ func (d *shimDevice) runOne(l *launch) error {
 
 func (d *shimDevice) died(err error) error {
 	d.stdin.Close()
-	_ = d.cmd.Wait()
+	_ = waitBounded(d.cmd, shimExitWait)
 	d.dead = fmt.Errorf("shim harness died (%v):\n%s", err, tail(d.stderr.String(), 4000))
 	return d.dead
 }
@@ -408,6 +430,24 @@ var (
 	shimSharedMu sync.Mutex
 	shimShared   = map[string]*sharedShim{}
 )
+
+// closeSharedShims closes every shared Backend's harness process (TestMain
+// calls it after the tests): each must exit by itself at the end of its
+// input, so no test run leaves a process behind.
+func closeSharedShims() error {
+	shimSharedMu.Lock()
+	defer shimSharedMu.Unlock()
+	var errs []error
+	for key, sh := range shimShared {
+		if sh.be == nil {
+			continue
+		}
+		if err := sh.be.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the %s shim: %w", key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // kernelTestBackend is the Backend the kernel tests run on: here, one over
 // the C++ shim (address-sanitized build, fiber executor) shared by the tests
@@ -569,5 +609,41 @@ func TestShimGlueMatchesSignatures(t *testing.T) {
 		!strings.Contains(glue, "shim_pos<uint3>(c.threadgroup_position_in_grid)") ||
 		!strings.Contains(glue, "(uint)c.thread_index_in_simdgroup") {
 		t.Errorf("unexpected glue for gemv_q4:\n%s", glue[:min(len(glue), 1500)])
+	}
+}
+
+// TestShimExitsAtEndOfInput starts a private harness of each variant and
+// executor, runs a launch (so the thread executor's pool exists), ends its
+// input and requires it to exit by itself with status 0: a harness that
+// lingers outlives the test binary as an orphan.
+func TestShimExitsAtEndOfInput(t *testing.T) {
+	for _, variant := range []string{"asan", "ubsan"} {
+		for _, ex := range []string{"fibers", "threads"} {
+			t.Run(variant+"/"+ex, func(t *testing.T) {
+				bin := shimHarness(t, variant)
+				_, lib, err := shimSource()
+				must(t, err)
+				dev, err := startShim(bin, ex)
+				must(t, err)
+				b := newBackend(dev, lib)
+				b.minStage = 64
+				in := make([]float32, 64)
+				out := make([]float32, 64)
+				b.mu.Lock()
+				p := b.params("selftest_barrier").u32("n", len(in)).u32("mode", 0)
+				err = b.exec("selftest_barrier", [3]int{1, 1, 1}, [3]int{64, 1, 1}, p, inF("in_off", in), outF("out_off", out))
+				b.mu.Unlock()
+				if err != nil {
+					b.Close()
+					t.Fatal(err)
+				}
+				if err := b.Close(); err != nil {
+					t.Fatalf("harness at the end of its input: %v\nstderr:\n%s", err, tail(dev.stderr.String(), 2000))
+				}
+				if !dev.cmd.ProcessState.Exited() || dev.cmd.ProcessState.ExitCode() != 0 {
+					t.Fatalf("harness ended with %v, want exit status 0", dev.cmd.ProcessState)
+				}
+			})
+		}
 	}
 }

@@ -123,9 +123,13 @@ thread_local shim::ThreadCtx tctx;
 thread_local Group* tgroup;
 thread_local SimdGroup* tsimd;
 
+// die reports a broken request or an impossible state and ends the process
+// at once: it may be called on an executor thread, where std::exit would run
+// the static destructors (the pool joining the very thread calling it).
 [[noreturn]] void die(const char* what) {
     std::fprintf(stderr, "harness: %s\n", what);
-    std::exit(2);
+    std::fflush(stderr);
+    std::_Exit(2);
 }
 
 bool read_full(void* p, size_t n) {
@@ -208,9 +212,21 @@ void run_thread(const Job& j, int tid) {
 }
 
 // Pool keeps the executor threads alive across launches (creating hundreds
-// of threads per launch would dominate the run time).
+// of threads per launch would dominate the run time). Its destructor (run
+// when main returns at the end of the requests) stops and joins them: left
+// waiting, they would block the condition variable's destruction and the
+// process would never exit, outliving the test binary that started it.
 class Pool {
    public:
+    ~Pool() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (auto& w : workers_) w.join();
+    }
+
     void run(const Job& j) {
         while (int(workers_.size()) < j.nthreads) {
             int id = int(workers_.size());
@@ -234,7 +250,8 @@ class Pool {
             Job j;
             {
                 std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait(lk, [&] { return gen_ != seen && id < job_.nthreads; });
+                cv_.wait(lk, [&] { return stop_ || (gen_ != seen && id < job_.nthreads); });
+                if (stop_) return;
                 seen = gen_;
                 j = job_;
             }
@@ -249,6 +266,7 @@ class Pool {
     Job job_{};
     int running_ = 0;
     uint64_t gen_ = 0;
+    bool stop_ = false;
 };
 
 Pool pool;
