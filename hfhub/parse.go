@@ -20,10 +20,10 @@ const (
 	// file count is not known; when it is, the cap is the number of entries
 	// (files and directories) model info implies plus treePageSlack. Every
 	// page but the last must hold at least one entry either way.
-	maxTreePages  = 100_000
-	treePageSlack = 16
-	maxErrorBody  = 64 << 10 // an error body read for the server's message
-	maxDrainBody  = 4 << 10  // bytes read off a body we drop, to keep its connection
+	maxTreePages   = 100_000
+	treePageSlack  = 16
+	maxErrorBody   = 64 << 10 // an error body read for the server's message
+	maxDrainBody   = 4 << 10  // bytes read off a body we drop, to keep its connection
 	maxRepoIDLen   = 96*2 + 1
 	maxRevisionLen = 255
 )
