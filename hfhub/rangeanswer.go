@@ -19,6 +19,8 @@ type rangeAnswer struct {
 	// off for a whole-file body, which only a sequential fallback accepts
 	// when off > 0). The caller reads exactly n bytes after them.
 	Skip int64
+	// Whole: the body is the whole file (a 200 without Content-Range).
+	Whole bool
 }
 
 // rangeVerdict decides, from the status and headers alone, whether an
@@ -83,7 +85,7 @@ func rangeVerdict(status int, h http.Header, contentLength, off, n, size int64, 
 		return nil, bad("HTTP 200 without Content-Range whose Content-Length %d is not the file size %d", contentLength, size)
 	}
 	if off == 0 || wholeOK {
-		return &rangeAnswer{Skip: off}, nil
+		return &rangeAnswer{Skip: off, Whole: true}, nil
 	}
 	return nil, errRangeIgnored
 }
