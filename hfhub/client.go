@@ -29,8 +29,8 @@ type Options struct {
 	Logger    *slog.Logger // nil → slog.Default(); only Debug records, never a token
 
 	// HTTPClient supplies the transport (nil → a pooled transport of our
-	// own with ResponseHeaderTimeout = StallTimeout). Its Timeout must be 0:
-	// long bodies are policed by the stall watchdog instead. Its
+	// own). Its Timeout must be 0: long bodies are policed by the stall
+	// rule instead, which wraps whatever transport is used. Its
 	// CheckRedirect is replaced.
 	HTTPClient *http.Client
 
@@ -39,11 +39,20 @@ type Options struct {
 	RetryWaitMax  time.Duration // backoff cap; 0 → 30 s
 	MaxRetryAfter time.Duration // cap on a server's Retry-After / RateLimit; 0 → 60 s
 
-	// StallTimeout: a body that delivers fewer than StallMinBytes in a
-	// window of this length is aborted and resumed from its last byte
-	// (0 → 60 s). Also the response-header timeout of our own transport.
-	StallTimeout  time.Duration
-	StallMinBytes int64 // 0 → 64 KiB (capped by what the request still has to deliver)
+	// StallTimeout is the one stall rule for every HTTP attempt (API JSON,
+	// error bodies, HEAD, resolve, CDN): when this long passes without a
+	// byte while the client waits for headers or inside a body read, the
+	// attempt is abandoned (ErrStalled) and retried, a range from its last
+	// byte received (0 → 30 s).
+	StallTimeout time.Duration
+	// StallMinBytes is ignored: stalls are measured as time since the last
+	// byte, and slow-but-alive connections are hedged (Hedge).
+	//
+	// Deprecated: kept so existing callers compile.
+	StallMinBytes int64
+
+	// Hedge tunes the re-requesting of laggard range streams (see doc.go).
+	Hedge HedgeOptions
 }
 
 // Client talks to one Hub endpoint. It is safe for concurrent use.
@@ -56,6 +65,7 @@ type Client struct {
 	log      *slog.Logger
 	follow   *retryablehttp.Client // follows redirects, dropping Authorization off-host
 	noFollow *retryablehttp.Client // hands 3xx back (HEAD on /resolve)
+	streams  *streamSet            // active range streams, for hedging laggards
 }
 
 const (
@@ -63,8 +73,7 @@ const (
 	defaultRetryWaitMin  = time.Second
 	defaultRetryWaitMax  = 30 * time.Second
 	defaultMaxRetryAfter = 60 * time.Second
-	defaultStallTimeout  = 60 * time.Second
-	defaultStallMinBytes = 64 << 10
+	defaultStallTimeout  = 30 * time.Second
 	maxRedirects         = 10
 )
 
@@ -106,9 +115,7 @@ func NewClient(opts Options) (*Client, error) {
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = defaultStallTimeout
 	}
-	if opts.StallMinBytes <= 0 {
-		opts.StallMinBytes = defaultStallMinBytes
-	}
+	opts.Hedge = opts.Hedge.withDefaults()
 	if opts.UserAgent == "" {
 		opts.UserAgent = "qpack-hfhub/1"
 	}
@@ -131,6 +138,7 @@ func NewClient(opts Options) (*Client, error) {
 		t.IdleConnTimeout = 60 * time.Second
 		transport = t
 	}
+	transport = &stallTransport{base: transport, timeout: opts.StallTimeout}
 	var jar http.CookieJar
 	if opts.HTTPClient != nil {
 		jar = opts.HTTPClient.Jar
@@ -142,6 +150,7 @@ func NewClient(opts Options) (*Client, error) {
 	}}
 	c.follow = c.newRetryable(followHTTP)
 	c.noFollow = c.newRetryable(noFollowHTTP)
+	c.streams = newStreamSet(opts.Hedge)
 	return c, nil
 }
 
@@ -280,7 +289,10 @@ func isRetryableNetError(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, errRedirectLoop) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, ErrStalled) {
+		return true
+	}
+	if errors.Is(err, errRedirectLoop) || errors.Is(err, context.Canceled) || errors.Is(err, errRangeIgnored) {
 		return false
 	}
 	var ne net.Error
@@ -374,7 +386,7 @@ func drainClose(b io.ReadCloser) {
 	if b == nil {
 		return
 	}
-	io.Copy(io.Discard, io.LimitReader(b, 4096))
+	io.Copy(io.Discard, io.LimitReader(b, maxDrainBody))
 	b.Close()
 }
 
@@ -534,8 +546,35 @@ func (c *Client) Resolve(ctx context.Context, repo, revision string) (string, er
 
 // ListFiles lists every file of repo at commit (recursively, following the
 // Link rel="next" pagination), sorted by path. Each path is validated: a
-// listing with "..", absolute or otherwise unsafe names is refused.
+// listing with "..", absolute or otherwise unsafe names is refused. Every
+// page but the last must hold an entry, and pages are capped (see doc.go).
 func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]FileInfo, error) {
+	return c.listFiles(ctx, repo, commit, -1)
+}
+
+// treeEntriesOf counts the entries a recursive tree listing of files holds:
+// the files and every directory above them.
+func treeEntriesOf(files []FileInfo) int {
+	dirs := map[string]bool{}
+	for _, f := range files {
+		for d := f.Path; ; {
+			i := strings.LastIndexByte(d, '/')
+			if i < 0 {
+				break
+			}
+			d = d[:i]
+			if dirs[d] {
+				break
+			}
+			dirs[d] = true
+		}
+	}
+	return len(files) + len(dirs)
+}
+
+// listFiles is ListFiles; expect >= 0 is the number of entries model info
+// implies (treeEntriesOf its siblings), which caps the page count.
+func (c *Client) listFiles(ctx context.Context, repo, commit string, expect int) ([]FileInfo, error) {
 	if err := checkRepoRev(repo, commit); err != nil {
 		return nil, err
 	}
@@ -544,18 +583,26 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]FileInfo
 	if err != nil {
 		return nil, err
 	}
+	maxPages := maxTreePages
+	if expect >= 0 {
+		maxPages = min(maxPages, expect+treePageSlack)
+	}
 	var files []FileInfo
 	seen := map[string]bool{}
 	for page := 0; ; page++ {
-		if page >= maxTreePages {
-			return nil, fmt.Errorf("tree of %s: %w: more than %d pages", repo, ErrBadResponse, maxTreePages)
+		if page >= maxPages {
+			why := ""
+			if expect >= 0 {
+				why = fmt.Sprintf(" (model info lists %d entries)", expect)
+			}
+			return nil, fmt.Errorf("tree of %s: %w: more than %d pages%s", repo, ErrBadResponse, maxPages, why)
 		}
 		seen[u.String()] = true
 		body, hdr, err := c.getJSON(ctx, u)
 		if err != nil {
 			return nil, err
 		}
-		fs, err := parseTreePage(repo, body)
+		fs, n, err := parseTreePageN(repo, body)
 		if err != nil {
 			return nil, fmt.Errorf("%w (page %d)", err, page+1)
 		}
@@ -569,6 +616,9 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]FileInfo
 		}
 		if next == "" {
 			break
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("tree of %s: %w: page %d is empty but links to a next page", repo, ErrBadResponse, page+1)
 		}
 		nu, err := u.Parse(next)
 		if err != nil || (nu.Scheme != "http" && nu.Scheme != "https") {
@@ -644,6 +694,9 @@ func (c *Client) HeadFile(ctx context.Context, repo, revision, path string) (*Fi
 			next, err := u.Parse(loc)
 			if err != nil || (next.Scheme != "http" && next.Scheme != "https") {
 				return nil, fmt.Errorf("resolving %s in %s: %w: bad Location", path, repo, ErrBadResponse)
+			}
+			if h.Get("X-Linked-Etag") != "" && h.Get("X-Linked-Size") == "" {
+				return nil, fmt.Errorf("resolving %s in %s: %w: the LFS redirect carries X-Linked-Etag but no X-Linked-Size, so the file's size is unknown (a proxy between you and the Hub may strip it; set HF_ENDPOINT to a direct endpoint)", path, repo, ErrBadResponse)
 			}
 			if h.Get("X-Linked-Etag") != "" && h.Get("X-Linked-Size") != "" {
 				if err := fillMeta(meta, h, true, repo, path); err != nil {

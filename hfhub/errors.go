@@ -19,6 +19,9 @@ var (
 	ErrBadResponse      = errors.New("invalid response from the server")
 	ErrHashMismatch     = errors.New("hash mismatch")
 	ErrNotCached        = errors.New("not in the local cache")
+	// ErrStalled: an attempt got no byte for Options.StallTimeout (see
+	// StallError); it is retried, so it surfaces only once retries ran out.
+	ErrStalled = errors.New("stalled")
 )
 
 // HubError is an HTTP error answered by the Hub (or its CDN), mapped from

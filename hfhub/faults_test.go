@@ -56,7 +56,17 @@ func faultCases() []faultCase {
 		{name: "5xx forever", fault: hubtest.Fault{Kind: hubtest.FaultStatus, Route: hubtest.RouteCDN, Status: 503, Times: -1}, errHas: "503"},
 		{name: "403 is not retried", fault: hubtest.Fault{Kind: hubtest.FaultStatus, Route: hubtest.RouteResolve, Method: "GET", Path: regPath, Status: 403, Times: -1}, errHas: "HTTP 403"},
 		{name: "ignored Range once", fault: cdn(hubtest.FaultIgnoreRange), ok: true},
-		{name: "ignored Range always", fault: hubtest.Fault{Kind: hubtest.FaultIgnoreRange, Route: hubtest.RouteCDN, Times: -1}, errHas: "ignored the Range header"},
+		{name: "ignored Range always", fault: hubtest.Fault{Kind: hubtest.FaultIgnoreRange, Route: hubtest.RouteCDN, Times: -1}, ok: true},
+		{name: "ignored Range after offset 0", fault: hubtest.Fault{Kind: hubtest.FaultIgnoreLaterRange, Route: hubtest.RouteCDN, Times: -1}, ok: true},
+		{name: "200 with the slice and Content-Range", fault: hubtest.Fault{Kind: hubtest.FaultSliceOK, Route: hubtest.RouteCDN, Times: -1}, ok: true},
+		{name: "trickle at 4 KB/s on one connection", fault: hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Path: lfsPath, Rate: 4000, Skip: 1}, ok: true},
+		{name: "model info hangs after headers", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteInfo, Times: 2}, ok: true},
+		{name: "model info hangs forever", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteInfo, Times: -1}, errHas: "no data for"},
+		{name: "error body hangs", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteTree, Status: 404, Times: -1}, errHas: "HTTP 404"},
+		{name: "tree page hangs mid-body", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteTree, AfterBytes: 20}, ok: true},
+		{name: "range hangs after headers", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteCDN, Path: lfsPath, Times: 2}, ok: true},
+		{name: "empty tree pages with fresh next links", fault: hubtest.Fault{Kind: hubtest.FaultEmptyPages, Route: hubtest.RouteTree, Times: -1}, errHas: "empty but links to a next page"},
+		{name: "LFS redirect without X-Linked-Size", fault: hubtest.Fault{Kind: hubtest.FaultNoLinkedSize, Route: hubtest.RouteResolve, Path: lfsPath, Times: -1}, errHas: "X-Linked-Size"},
 		{name: "206 at the wrong offset", fault: cdn(hubtest.FaultWrongOffset), ok: true},
 		{name: "206 at the wrong offset always", fault: hubtest.Fault{Kind: hubtest.FaultWrongOffset, Route: hubtest.RouteCDN, Skip: 1, Times: -1, Shift: 10}, errHas: "not the range asked for"},
 		{name: "206 without Content-Range", fault: cdn(hubtest.FaultNoContentRange), ok: true},
@@ -88,7 +98,7 @@ func TestDownloadFaults(t *testing.T) {
 				if err != nil {
 					t.Fatalf("want success, got %v", err)
 				}
-				if hub.FaultsPending() != 0 {
+				if tc.fault.Times >= 0 && hub.FaultsPending() != 0 || !faultSeen(hub) {
 					t.Fatalf("the fault was never triggered")
 				}
 				checkFiles(t, snap, files)
@@ -158,4 +168,14 @@ func TestDownloadHashMismatchIsErrHashMismatch(t *testing.T) {
 	if !errors.Is(err, ErrHashMismatch) {
 		t.Fatalf("want ErrHashMismatch, got %v", err)
 	}
+}
+
+// faultSeen reports whether the request log shows a fault applied.
+func faultSeen(hub *hubtest.Server) bool {
+	for _, r := range hub.Requests() {
+		if r.Fault != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -70,7 +70,7 @@ func testOptions(hub *hubtest.Server) (Options, *syncBuffer) {
 		RetryWaitMax:  5 * time.Millisecond,
 		MaxRetryAfter: 50 * time.Millisecond,
 		StallTimeout:  2 * time.Second,
-		StallMinBytes: 1024,
+		Hedge:         HedgeOptions{MinWait: 150 * time.Millisecond, Interval: 25 * time.Millisecond},
 		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, logs
 }
@@ -141,5 +141,5 @@ func mustNotContain(t testing.TB, what, haystack, needle string) {
 
 var _ = io.EOF
 
-// fastStall makes the watchdog fire after 250 ms without 1 KiB of progress.
+// fastStall makes an attempt stall out after 250 ms without a byte.
 func fastStall(o *Options) { o.StallTimeout = 250 * time.Millisecond }

@@ -10,14 +10,20 @@ import (
 	"unicode/utf8"
 )
 
-// Limits on what the network may hand us.
+// Limits on what the network may hand us (documented in doc.go, "Bounds").
 const (
-	maxJSONBytes   = 64 << 20  // one API response (a tree page of 1000 entries is ~300 KB)
-	maxFiles       = 1_000_000 // entries in one repository
-	maxPathLen     = 4096
-	maxFileSize    = 1 << 50 // 1 PiB: anything larger is nonsense
+	maxJSONBytes = 64 << 20  // one API response (a tree page of 1000 entries is ~300 KB)
+	maxFiles     = 1_000_000 // entries in one repository
+	maxPathLen   = 4096
+	maxFileSize  = 1 << 50 // 1 PiB: anything larger is nonsense
+	// maxTreePages caps the pages of one listing when the model info's
+	// file count is not known; when it is, the cap is the number of entries
+	// (files and directories) model info implies plus treePageSlack. Every
+	// page but the last must hold at least one entry either way.
 	maxTreePages   = 100_000
-	maxErrorBody   = 64 << 10
+	treePageSlack  = 16
+	maxErrorBody   = 64 << 10 // an error body read for the server's message
+	maxDrainBody   = 4 << 10  // bytes read off a body we drop, to keep its connection
 	maxRepoIDLen   = 96*2 + 1
 	maxRevisionLen = 255
 )
@@ -176,10 +182,22 @@ type wireTreeEntry struct {
 // parseTreePage decodes one page of /api/models/{repo}/tree/{rev}: files are
 // returned, directory entries validated and dropped.
 func parseTreePage(repo string, body []byte) ([]FileInfo, error) {
+	fs, _, err := parseTreePageN(repo, body)
+	return fs, err
+}
+
+// parseTreePageN is parseTreePage that also says how many entries (files
+// and directories) the page held.
+func parseTreePageN(repo string, body []byte) ([]FileInfo, int, error) {
 	var entries []wireTreeEntry
 	if err := json.Unmarshal(body, &entries); err != nil {
-		return nil, fmt.Errorf("tree of %s: %w: %v", repo, ErrBadResponse, err)
+		return nil, 0, fmt.Errorf("tree of %s: %w: %v", repo, ErrBadResponse, err)
 	}
+	out, err := treeFiles(repo, entries)
+	return out, len(entries), err
+}
+
+func treeFiles(repo string, entries []wireTreeEntry) ([]FileInfo, error) {
 	if len(entries) > maxFiles {
 		return nil, fmt.Errorf("tree of %s: %w: %d entries on one page", repo, ErrBadResponse, len(entries))
 	}

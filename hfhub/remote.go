@@ -8,11 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // ReaderOptions tunes a RemoteFile.
@@ -53,9 +51,10 @@ type RemoteFile struct {
 	etag   string
 	opts   ReaderOptions
 
-	mu      sync.Mutex
-	url     *url.URL // current download URL (re-resolved when a signed URL expires)
-	refresh int      // how many times the URL was re-resolved
+	mu       sync.Mutex
+	url      *url.URL // current download URL (re-resolved when a signed URL expires)
+	refresh  int      // how many times the URL was re-resolved
+	noRanges atomic.Bool
 }
 
 // OpenFile HEADs the file at commit and returns a reader for it. Its size and
@@ -196,7 +195,10 @@ func coalesce(ranges []Range, maxReq, maxGap int64) []rangeGroup {
 }
 
 // readRanges is ReadRanges with an optional shared slot pool (one slot per
-// open request) so a downloader can cap connections across files.
+// open request) so a downloader can cap connections across files. A group
+// refused with errRangeIgnored (a server that ignores Range after byte 0)
+// is set aside and, once the other workers are done, read with one
+// sequential stream per run of non-overlapping groups.
 func (f *RemoteFile) readRanges(ctx context.Context, ranges []Range, conns int, maxReq, maxGap int64, slots chan struct{}, fn func(Range, io.Reader) error) error {
 	for _, r := range ranges {
 		if r.Off < 0 || r.Len < 0 || r.Off > f.size || r.Len > f.size-r.Off {
@@ -216,6 +218,8 @@ func (f *RemoteFile) readRanges(ctx context.Context, ranges []Range, conns int, 
 	fail := func(err error) {
 		once.Do(func() { firstErr = err; cancel(err) })
 	}
+	var mu sync.Mutex
+	var fallback []rangeGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
 		go func() {
@@ -224,7 +228,18 @@ func (f *RemoteFile) readRanges(ctx context.Context, ranges []Range, conns int, 
 				if ctx.Err() != nil {
 					continue
 				}
-				if err := f.readGroup(ctx, g, slots, fn); err != nil {
+				err := errRangeIgnored
+				if g.off == 0 || !f.rangesIgnored() {
+					err = f.readGroup(ctx, g, slots, false, fn)
+				}
+				if errors.Is(err, errRangeIgnored) {
+					f.noteRangesIgnored()
+					mu.Lock()
+					fallback = append(fallback, g)
+					mu.Unlock()
+					continue
+				}
+				if err != nil {
 					fail(err)
 				}
 			}
@@ -240,13 +255,54 @@ feed:
 	}
 	close(work)
 	wg.Wait()
+	if firstErr == nil && ctx.Err() == nil && len(fallback) > 0 {
+		if err := f.readSequential(ctx, fallback, slots, fn); err != nil {
+			return err
+		}
+	}
 	if firstErr != nil {
 		return firstErr
 	}
 	return context.Cause(ctx)
 }
 
-func (f *RemoteFile) readGroup(ctx context.Context, g rangeGroup, slots chan struct{}, fn func(Range, io.Reader) error) error {
+// readSequential reads groups in file order with as few whole-file streams
+// as their overlaps allow (one, unless the caller's ranges overlap).
+func (f *RemoteFile) readSequential(ctx context.Context, groups []rangeGroup, slots chan struct{}, fn func(Range, io.Reader) error) error {
+	sort.Slice(groups, func(i, j int) bool { return groups[i].off < groups[j].off })
+	for len(groups) > 0 {
+		run := rangeGroup{off: groups[0].off, end: groups[0].off}
+		rest := groups[:0:0]
+		for _, g := range groups {
+			if g.off >= run.end {
+				run.ranges = append(run.ranges, g.ranges...)
+				run.end = max(run.end, g.end)
+			} else {
+				rest = append(rest, g)
+			}
+		}
+		if err := f.readGroup(ctx, run, slots, true, fn); err != nil {
+			return err
+		}
+		groups = rest
+	}
+	return nil
+}
+
+// rangesIgnored reports whether the server was seen ignoring Range.
+func (f *RemoteFile) rangesIgnored() bool { return f.noRanges.Load() }
+
+func (f *RemoteFile) noteRangesIgnored() {
+	if !f.noRanges.Swap(true) {
+		f.c.log.Warn("hub server ignores Range at offsets after 0; reading the file as one sequential stream (its hash is still checked)",
+			"file", f.path, "url", redact(f.currentURL()))
+	}
+}
+
+// readGroup streams one group's bytes to fn, range by range. The request is
+// opened before fn first sees a byte, so errRangeIgnored reaches the caller
+// untouched. sequential accepts whole-file answers (skipping to the group).
+func (f *RemoteFile) readGroup(ctx context.Context, g rangeGroup, slots chan struct{}, sequential bool, fn func(Range, io.Reader) error) error {
 	if g.end == g.off {
 		for _, r := range g.ranges {
 			if err := fn(r, strings.NewReader("")); err != nil {
@@ -263,8 +319,11 @@ func (f *RemoteFile) readGroup(ctx context.Context, g rangeGroup, slots chan str
 			return context.Cause(ctx)
 		}
 	}
-	rr := f.newRangeReader(ctx, g.off, g.end)
+	rr := f.newRangeReader(ctx, g.off, g.end, sequential)
 	defer rr.Close()
+	if err := rr.open(); err != nil {
+		return err
+	}
 	pos := g.off
 	for _, r := range g.ranges {
 		if r.Off > pos {
@@ -293,29 +352,28 @@ func (f *RemoteFile) readGroup(ctx context.Context, g rangeGroup, slots chan str
 	return nil
 }
 
-// errStalled marks an attempt aborted by the watchdog.
-var errStalled = errors.New("stalled")
-
 // rangeReader streams [pos, end) of a file. On a cut, reset, short body or
 // stall it re-requests from the last byte received; it gives up after
-// MaxRetries consecutive failures (a stall always counts; another failure
-// after some progress restarts the count).
+// MaxRetries consecutive failures (another failure after some progress
+// restarts the count). While it reads it is registered with the client's
+// streamSet, which may hedge it (hedge.go): a second request for the
+// remaining bytes, switched to when it answers first.
 type rangeReader struct {
-	f        *RemoteFile
-	ctx      context.Context
-	pos, end int64
+	f          *RemoteFile
+	ctx        context.Context
+	pos, end   int64
+	sequential bool // accept a whole-file body and skip to pos
 
 	body     io.ReadCloser
-	cancel   context.CancelFunc
-	wd       *watchdog
 	pending  error // error that came with the last bytes, handled on the next Read
 	attemptN int64 // bytes received on the current attempt
 	failures int
 	err      error // permanent error
+	st       *stream
 }
 
-func (f *RemoteFile) newRangeReader(ctx context.Context, off, end int64) *rangeReader {
-	return &rangeReader{f: f, ctx: ctx, pos: off, end: end}
+func (f *RemoteFile) newRangeReader(ctx context.Context, off, end int64, sequential bool) *rangeReader {
+	return &rangeReader{f: f, ctx: ctx, pos: off, end: end, sequential: sequential}
 }
 
 func (r *rangeReader) wrap(err error) error {
@@ -337,6 +395,9 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 		p = p[:r.end-r.pos]
 	}
 	for {
+		if r.pending == nil && r.takeHedge() {
+			continue
+		}
 		if r.pending == nil && r.body == nil {
 			if err := r.open(); err != nil {
 				r.err = err
@@ -348,12 +409,12 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 		if r.pending != nil {
 			err, r.pending = r.pending, nil
 		} else {
-			n, err = r.body.Read(p)
+			n, err = r.st.read(r.body, p)
 		}
 		if n > 0 {
 			r.pos += int64(n)
 			r.attemptN += int64(n)
-			r.wd.got.Add(int64(n))
+			r.st.pos.Store(r.pos)
 			if err != nil && !(err == io.EOF && r.pos == r.end) {
 				r.pending = err
 			}
@@ -372,19 +433,19 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		stalled := r.wd != nil && r.wd.fired.Load()
+		if r.takeHedge() { // the attempt was cut because a hedge answered first
+			continue
+		}
 		r.closeBody()
-		if cerr := r.ctx.Err(); cerr != nil {
+		if r.ctx.Err() != nil {
 			r.err = context.Cause(r.ctx)
 			return 0, r.err
 		}
-		if stalled {
-			err = fmt.Errorf("%w: fewer than %d bytes in %v", errStalled, r.f.c.opts.StallMinBytes, r.f.c.opts.StallTimeout)
+		stalled := errors.Is(err, ErrStalled)
+		if stalled || r.attemptN == 0 {
 			r.failures++
-		} else if r.attemptN > 0 {
-			r.failures = 1
 		} else {
-			r.failures++
+			r.failures = 1
 		}
 		if !stalled && !isRetryableNetError(err) {
 			r.err = fmt.Errorf("%s: reading bytes %d-%d: %w", r.f.path, r.pos, r.end-1, err)
@@ -404,36 +465,45 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 
 func (r *rangeReader) Close() error {
 	r.closeBody()
+	if r.st != nil {
+		r.f.c.streams.remove(r.st)
+		r.st = nil
+	}
 	return nil
 }
 
 func (r *rangeReader) closeBody() {
-	if r.wd != nil {
-		r.wd.stop()
-		r.wd = nil
-	}
 	if r.body != nil {
 		r.body.Close()
 		r.body = nil
 	}
-	if r.cancel != nil {
-		r.cancel()
-		r.cancel = nil
+	if r.st != nil {
+		r.st.endAttempt()
 	}
 }
 
 var errURLRefused = errors.New("download URL refused")
 
-// open sends the range request for [pos, end) and validates the answer.
+// open sends the range request for [pos, end) and validates the answer. A
+// server that ignores Range after a cut (errRangeIgnored at pos > 0 once
+// bytes were read) switches this reader to sequential mode.
 func (r *rangeReader) open() error {
 	f := r.f
+	if r.st == nil {
+		r.st = f.c.streams.add(r)
+	}
 	for {
 		u := f.currentURL()
-		actx, cancel := context.WithCancel(withInfo(r.ctx, reqInfo{repo: f.repo, revision: f.commit, path: f.path}))
+		actx, cancel := context.WithCancelCause(withInfo(r.ctx, reqInfo{repo: f.repo, revision: f.commit, path: f.path}))
 		off, n := r.pos, r.end-r.pos
-		resp, err := f.c.getRange(actx, u, off, n, f.size)
+		body, err := f.c.getRange(actx, u, off, n, f.size, r.sequential)
 		if err != nil {
-			cancel()
+			cancel(nil)
+			if errors.Is(err, errRangeIgnored) && off > 0 && (r.attemptN > 0 || r.failures > 0) {
+				f.noteRangesIgnored()
+				r.sequential = true
+				continue
+			}
 			if errors.Is(err, errURLRefused) {
 				r.failures++
 				if r.failures > f.c.opts.MaxRetries {
@@ -447,119 +517,71 @@ func (r *rangeReader) open() error {
 			if r.ctx.Err() != nil {
 				return context.Cause(r.ctx)
 			}
+			if errors.Is(err, errRangeIgnored) {
+				return err
+			}
 			return fmt.Errorf("%s: reading bytes %d-%d: %w", f.path, off, off+n-1, err)
 		}
-		r.body = resp.Body
-		r.cancel = cancel
+		r.body = body
 		r.attemptN = 0
-		r.wd = startWatchdog(f.c.opts.StallTimeout, f.c.opts.StallMinBytes, n, cancel)
+		r.st.beginAttempt(cancel)
 		return nil
 	}
 }
 
-// getRange GETs bytes [off, off+n) and accepts only an exact 206: status 206,
-// Content-Range equal to the range asked (and the file's size), identity
-// encoding, a Content-Length (if any) of n, no multipart. Anything else is
-// retried (a misbehaving CDN node) and never handed on. The body is capped
-// at n bytes.
-func (c *Client) getRange(ctx context.Context, u *url.URL, off, n, size int64) (*http.Response, error) {
-	hdr := http.Header{
-		"Range":           {statusRange(off, n)},
-		"Accept-Encoding": {"identity"},
+// getRange GETs bytes [off, off+n) and returns a body of exactly those n
+// bytes (fewer if the connection ends early): the answer must pass
+// rangeVerdict; a whole-file answer is skipped forward to off. A request
+// for the whole file is sent without Range (small files, RFC 9110 allows
+// either). Anything not provably the bytes asked for is retried (a
+// misbehaving CDN node) and never handed on.
+func (c *Client) getRange(ctx context.Context, u *url.URL, off, n, size int64, wholeOK bool) (io.ReadCloser, error) {
+	hdr := http.Header{"Accept-Encoding": {"identity"}}
+	if off != 0 || n != size {
+		hdr.Set("Range", statusRange(off, n))
 	}
+	var ans *rangeAnswer
 	resp, err := c.do(ctx, c.follow, http.MethodGet, u, hdr, func(resp *http.Response) error {
-		return c.checkRangeResponse(resp, off, n, size)
+		a, err := c.checkRangeResponse(resp, off, n, size, wholeOK)
+		ans = a
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = struct {
+	if ans.Skip > 0 {
+		if _, err := io.CopyN(io.Discard, resp.Body, ans.Skip); err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("skipping %d bytes of a whole-file answer: %w", ans.Skip, err)
+		}
+	}
+	return struct {
 		io.Reader
 		io.Closer
-	}{io.LimitReader(resp.Body, n), resp.Body}
-	return resp, nil
+	}{io.LimitReader(resp.Body, n), resp.Body}, nil
 }
 
-func (c *Client) checkRangeResponse(resp *http.Response, off, n, size int64) error {
-	want := statusRange(off, n)[len("bytes="):]
-	bad := func(format string, a ...any) error {
-		return &protocolError{retryable: true, msg: fmt.Sprintf("%s (Range: bytes=%s): ", redact(resp.Request.URL), want) + fmt.Sprintf(format, a...)}
-	}
-	switch {
-	case resp.StatusCode == http.StatusPartialContent:
-	case resp.StatusCode == http.StatusOK:
-		return bad("the server ignored the Range header (HTTP 200)")
-	case (resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusGone || resp.StatusCode == http.StatusUnauthorized) && !c.isHubHost(resp.Request.URL):
-		return fmt.Errorf("%w: HTTP %d from %s (expired signature?)", errURLRefused, resp.StatusCode, redact(resp.Request.URL))
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
-		return &protocolError{msg: fmt.Sprintf("%s: HTTP 416 for bytes=%s of a %d-byte file (Content-Range %.60q): the file on the server is not the expected size", redact(resp.Request.URL), want, size, resp.Header.Get("Content-Range"))}
-	default:
-		return c.responseError(resp)
-	}
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return bad("Content-Encoding %.40q", ce)
-	}
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "multipart/") {
-		return bad("multipart response")
-	}
-	crh := resp.Header.Get("Content-Range")
-	if crh == "" {
-		return bad("206 without Content-Range")
-	}
-	cr, err := parseContentRange(crh)
-	if err != nil {
-		return bad("%v", err)
-	}
-	if cr.Unsatisfied || cr.First != off || cr.Last != off+n-1 {
-		return bad("Content-Range %.60q is not the range asked for", crh)
-	}
-	if cr.Total >= 0 && cr.Total != size {
-		return bad("Content-Range %.60q: total %d, expected the file size %d", crh, cr.Total, size)
-	}
-	if resp.ContentLength >= 0 && resp.ContentLength != n {
-		return bad("Content-Length %d, expected %d", resp.ContentLength, n)
-	}
-	return nil
-}
-
-// watchdog cancels an attempt whose body delivers fewer than minBytes (or
-// what is left to deliver) during a window of timeout.
-type watchdog struct {
-	got   atomic.Int64
-	fired atomic.Bool
-	done  chan struct{}
-	once  sync.Once
-}
-
-func startWatchdog(timeout time.Duration, minBytes, total int64, cancel context.CancelFunc) *watchdog {
-	w := &watchdog{done: make(chan struct{})}
-	go func() {
-		t := time.NewTicker(timeout)
-		defer t.Stop()
-		var last int64
-		for {
-			select {
-			case <-w.done:
-				return
-			case <-t.C:
-				g := w.got.Load()
-				need := min(minBytes, total-last)
-				if need < 1 {
-					need = 1
-				}
-				if g-last < need {
-					w.fired.Store(true)
-					cancel()
-					return
-				}
-				last = g
-			}
+func (c *Client) checkRangeResponse(resp *http.Response, off, n, size int64, wholeOK bool) (*rangeAnswer, error) {
+	switch resp.StatusCode {
+	case http.StatusForbidden, http.StatusGone, http.StatusUnauthorized:
+		if !c.isHubHost(resp.Request.URL) {
+			return nil, fmt.Errorf("%w: HTTP %d from %s (expired signature?)", errURLRefused, resp.StatusCode, redact(resp.Request.URL))
 		}
-	}()
-	return w
+	}
+	cl := resp.ContentLength
+	if resp.Header.Get("Content-Length") == "" {
+		cl = -1
+	}
+	a, err := rangeVerdict(resp.StatusCode, resp.Header, cl, off, n, size, wholeOK)
+	if err != nil {
+		var pe *protocolError
+		if errors.As(err, &pe) {
+			pe.msg = redact(resp.Request.URL) + " " + pe.msg
+		}
+		return nil, err
+	}
+	if a == nil {
+		return nil, c.responseError(resp)
+	}
+	return a, nil
 }
-
-func (w *watchdog) stop() { w.once.Do(func() { close(w.done) }) }
-
-// itoa is a small helper for log fields.
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -39,6 +39,15 @@ const (
 	FaultHook                            // run Hook, then answer normally
 	FaultTruncatedJSON                   // API JSON cut in half
 	FaultBadLength                       // Content-Length one byte larger than the body (the connection is then dropped)
+
+	// Kinds added for the hostile-network suite.
+
+	FaultCorrupt          // the answer with Mutation applied to its body (any route: JSON, error bodies, files, ranges)
+	FaultHang             // headers and AfterBytes of the body, then nothing until the client goes away (Delay > 0: until then, and the connection is dropped); with Status, that error answer hangs
+	FaultEmptyPages       // tree: an empty page with a fresh rel="next" link (same cursor, new URL)
+	FaultSliceOK          // 200 carrying exactly the range asked, with a correct Content-Range (ModelScope)
+	FaultIgnoreLaterRange // a Range starting at 0 is honoured; one at a later offset gets 200 with the whole file
+	FaultNoLinkedSize     // resolve of an LFS file: the redirect lacks X-Linked-Size
 )
 
 var faultNames = map[FaultKind]string{
@@ -47,20 +56,34 @@ var faultNames = map[FaultKind]string{
 	FaultWrongOffset: "wrong-offset", FaultNoContentRange: "no-content-range", FaultLyingRange: "lying-range",
 	FaultWrongBytes: "wrong-bytes", FaultRedirectLoop: "redirect-loop", FaultHTML: "html",
 	FaultExpire: "expire", FaultHook: "hook", FaultTruncatedJSON: "truncated-json", FaultBadLength: "bad-length",
+	FaultCorrupt: "corrupt", FaultHang: "hang", FaultEmptyPages: "empty-pages", FaultSliceOK: "slice-ok",
+	FaultIgnoreLaterRange: "ignore-later-range", FaultNoLinkedSize: "no-linked-size",
 }
 
 func (k FaultKind) String() string { return faultNames[k] }
 
-// Fault is applied to requests that match Route, Method and Path (empty
-// fields match anything). The first Skip matching requests pass untouched,
-// then the next Times are affected (0 means 1, negative means all).
+// Fault is applied to requests that match Route, Method, Path, Seq, Conn
+// and Match (zero fields match anything). The first Skip matching requests
+// pass untouched, then the next Times are affected (0 means 1, negative
+// means all).
+//
+// To hit exactly one chosen response deterministically while a client reads
+// in parallel, select it by what it is rather than by arrival order: Route +
+// Path + Match (for example RangeCovers(0) for the range holding a file's
+// first byte, the safetensors header), or Seq in a phase that is sequential
+// (model info, tree pages).
 type Fault struct {
 	Kind   FaultKind
 	Route  Route
 	Method string
 	Path   string // repository file path (resolve, resolve-cache and CDN routes)
-	Skip   int
-	Times  int
+	Seq    int    // only the request with this sequence number (Request.Seq; 0: any)
+	Conn   int    // only requests on this connection (Request.Conn; 0: any)
+	// Match, if set, must also accept the request (route, method, path,
+	// range and connection are filled in when it is called).
+	Match func(Request) bool
+	Skip  int
+	Times int
 
 	Status     int
 	RetryAfter string
@@ -69,6 +92,11 @@ type Fault struct {
 	Delay      time.Duration
 	Shift      int64
 	Hook       func()
+	// Rate: FaultTrickle sends the body at this many bytes per second
+	// (0: one byte per Delay); applies to every route's body.
+	Rate int64
+	// Mutation is what FaultCorrupt does to the body.
+	Mutation Mutation
 
 	seen, used int
 }
@@ -104,11 +132,15 @@ func (s *Server) FaultsPending() int {
 	return n
 }
 
-func (s *Server) takeFault(route Route, method, path string) *Fault {
+func (s *Server) takeFault(r Request) *Fault {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range s.faults {
-		if f.Route != RouteAny && f.Route != route || f.Method != "" && f.Method != method || f.Path != "" && f.Path != path {
+		if f.Route != RouteAny && f.Route != r.Route || f.Method != "" && f.Method != r.Method || f.Path != "" && f.Path != r.File ||
+			f.Seq != 0 && f.Seq != r.Seq || f.Conn != 0 && f.Conn != r.Conn {
+			continue
+		}
+		if f.Match != nil && !f.Match(r) {
 			continue
 		}
 		if f.Times >= 0 && f.used >= f.Times {
@@ -127,22 +159,72 @@ func (s *Server) takeFault(route Route, method, path string) *Fault {
 
 // Request is one entry of the request log.
 type Request struct {
-	Seq       int    // order of arrival
-	Role      string // "hub" or "cdn"
-	Method    string
-	Host      string // the Host header
-	Path      string // escaped path
-	Query     string
-	Route     Route
-	Repo      string
-	Revision  string
-	File      string // repository file path (resolve and CDN)
-	Range     string
-	Auth      bool // an Authorization header was present (its value is never recorded)
-	UserAgent string
-	Status    int
-	BodyBytes int64
-	Fault     string
+	Seq      int    // order of arrival
+	Role     string // "hub" or "cdn"
+	Method   string
+	Host     string // the Host header
+	Path     string // escaped path
+	Query    string
+	Route    Route
+	Repo     string
+	Revision string
+	File     string // repository file path (resolve and CDN)
+	Range    string
+	// RangeOff and RangeLen are the Range header parsed as one "bytes=a-b"
+	// or "bytes=a-" range (RangeLen -1 for an open end); RangeOff is -1
+	// without a (parsable) Range header.
+	RangeOff, RangeLen int64
+	Conn               int  // connection number on its listener (1, 2, …, per role)
+	Auth               bool // an Authorization header was present (its value is never recorded)
+	UserAgent          string
+	Status             int
+	BodyBytes          int64  // body bytes written to the client
+	Fault              string // the fault applied (with what a Mutation did: "corrupt flip@12^0x04")
+}
+
+// Covers reports whether the request's Range includes byte off of the file
+// (a request without Range covers everything).
+func (r Request) Covers(off int64) bool {
+	if r.RangeOff < 0 {
+		return true
+	}
+	return off >= r.RangeOff && (r.RangeLen < 0 || off < r.RangeOff+r.RangeLen)
+}
+
+// RangeCovers is a Fault.Match accepting requests whose range includes byte
+// off (RangeCovers(0): the range holding a safetensors header).
+func RangeCovers(off int64) func(Request) bool {
+	return func(r Request) bool { return r.Covers(off) }
+}
+
+// RangeFrom is a Fault.Match accepting requests whose range starts at off.
+func RangeFrom(off int64) func(Request) bool {
+	return func(r Request) bool { return r.RangeOff == off }
+}
+
+// BytesServed sums the body bytes sent for file (a repository path) by GETs
+// on the resolve, resolve-cache and CDN routes; with ranges given it counts
+// only requests whose Range starts at one of those offsets.
+func (s *Server) BytesServed(file string, rangeOffs ...int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, r := range s.log {
+		if r.File != file || r.Method != "GET" || (r.Route != RouteResolve && r.Route != RouteCache && r.Route != RouteCDN) {
+			continue
+		}
+		if len(rangeOffs) > 0 {
+			hit := false
+			for _, o := range rangeOffs {
+				hit = hit || r.RangeOff == o
+			}
+			if !hit {
+				continue
+			}
+		}
+		n += r.BodyBytes
+	}
+	return n
 }
 
 // Requests returns a copy of the log in order of arrival. Requests still in

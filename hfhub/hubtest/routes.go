@@ -2,6 +2,7 @@ package hubtest
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,30 +25,46 @@ const (
 	roleCDN role = "cdn"
 )
 
-// logWriter records status and body size for the log.
+// logWriter records status and body size for the log, and carries out the
+// body-level faults (mutate.go).
 type logWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	bf     *bodyFault
 }
 
 func (w *logWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
 	}
+	if w.bf != nil && w.bf.f.Kind == FaultCorrupt {
+		w.bf.held = true
+		return
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *logWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
+	if n, err, ok := w.faultWrite(b); ok {
+		return n, err
+	}
+	return w.rawWrite(b)
+}
+
+func (w *logWriter) rawWrite(b []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err
 }
 
 func (w *logWriter) Flush() {
+	if w.bf != nil && w.bf.held {
+		return
+	}
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -71,11 +89,17 @@ func (s *Server) handler(rl role) http.Handler {
 		c.entry = Request{Role: string(rl), Method: r.Method, Host: r.Host,
 			Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, Range: r.Header.Get("Range"),
 			Auth: r.Header.Get("Authorization") != "", UserAgent: r.Header.Get("User-Agent")}
+		c.entry.RangeOff, c.entry.RangeLen = logRange(c.entry.Range)
+		c.entry.Conn, _ = r.Context().Value(connKey{}).(int)
 		idx := s.begin(&c.entry)
 		defer func() {
+			note := c.w.finishFault()
 			c.entry.Status, c.entry.BodyBytes = c.w.status, c.w.bytes
 			if c.fault != nil {
 				c.entry.Fault = c.fault.Kind.String()
+				if note != "" {
+					c.entry.Fault += " " + note
+				}
 			}
 			s.update(idx, c.entry)
 		}()
@@ -92,7 +116,7 @@ func (s *Server) handler(rl role) http.Handler {
 func (c *call) apply(route Route, path string) bool {
 	c.entry.Route = route
 	c.entry.File = path
-	c.fault = c.s.takeFault(route, c.r.Method, path)
+	c.fault = c.s.takeFault(c.entry)
 	f := c.fault
 	if f != nil {
 		c.entry.Fault = f.Kind.String()
@@ -101,7 +125,13 @@ func (c *call) apply(route Route, path string) bool {
 	if f == nil {
 		return false
 	}
+	c.w.setFault(f, c.r.Context().Done())
 	switch f.Kind {
+	case FaultHang:
+		if f.Status != 0 {
+			c.errorJSON(f.Status, "", fmt.Sprintf("injected HTTP %d", f.Status))
+			return true
+		}
 	case FaultHook:
 		if f.Hook != nil {
 			f.Hook()
@@ -493,6 +523,16 @@ func (c *call) serveTree(id, rev, dir string) {
 		c.errorJSON(http.StatusNotFound, "EntryNotFound", fmt.Sprintf("%s does not exist on %q", dir, rev))
 		return
 	}
+	if c.fault != nil && c.fault.Kind == FaultEmptyPages {
+		c.s.mu.Lock()
+		c.s.reqIDs++
+		n := c.s.reqIDs
+		c.s.mu.Unlock()
+		q.Set("page-nonce", strconv.Itoa(n)) // same cursor, a URL never seen before
+		next := c.s.URL + c.r.URL.EscapedPath() + "?" + q.Encode()
+		c.writeJSON([]treeEntry{}, http.Header{"Link": {"<" + next + `>; rel="next"`}})
+		return
+	}
 	start := 0
 	if cur := q.Get("cursor"); cur != "" {
 		b, err := base64.RawURLEncoding.DecodeString(cur)
@@ -573,7 +613,9 @@ func (c *call) serveResolve(id, rev, file string) {
 		body := "Found. Redirecting to " + loc
 		h.Set("Location", loc)
 		h.Set("X-Linked-Etag", `"`+b.sha256+`"`)
-		h.Set("X-Linked-Size", strconv.FormatInt(b.size, 10))
+		if !(c.fault != nil && c.fault.Kind == FaultNoLinkedSize) {
+			h.Set("X-Linked-Size", strconv.FormatInt(b.size, 10))
+		}
 		h.Set("ETag", `"`+b.pointerOID+`"`)
 		h.Set("Content-Type", "text/plain; charset=utf-8")
 		h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -716,6 +758,39 @@ func (s *Server) hasFaultFor(route Route, path string) bool {
 	return false
 }
 
+// logRange parses a Range header for the log: one "bytes=a-b" or "bytes=a-"
+// range (length -1 for an open end), else (-1, -1).
+func logRange(h string) (off, n int64) {
+	spec, ok := strings.CutPrefix(strings.TrimSpace(h), "bytes=")
+	a, b, ok2 := strings.Cut(spec, "-")
+	if !ok || !ok2 || strings.Contains(spec, ",") {
+		return -1, -1
+	}
+	first, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || first < 0 {
+		return -1, -1
+	}
+	if b == "" {
+		return first, -1
+	}
+	last, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || last < first {
+		return -1, -1
+	}
+	return first, last - first + 1
+}
+
+// connKey is the context key of a connection's number.
+type connKey struct{}
+
+// connCounter numbers the connections a listener accepts (1, 2, …).
+func connCounter() func(context.Context, net.Conn) context.Context {
+	var n atomic.Int64
+	return func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, int(n.Add(1)))
+	}
+}
+
 // parseRange parses a single "bytes=" range against size. ok=false with
 // satisfiable=false means 416; multi=true means "serve the whole file".
 func parseRange(h string, size int64) (off, n int64, ok, multi bool) {
@@ -768,6 +843,7 @@ func (c *call) serveContent(content Content, size int64) {
 	if rh := c.r.Header.Get("Range"); rh != "" && !(f != nil && f.Kind == FaultIgnoreRange) {
 		o, k, ok, multi := parseRange(rh, size)
 		switch {
+		case f != nil && f.Kind == FaultIgnoreLaterRange && ok && o > 0:
 		case multi:
 		case !ok:
 			h.Set("Content-Range", fmt.Sprintf("bytes */%d", size))
@@ -803,6 +879,9 @@ func (c *call) serveContent(content Content, size int64) {
 	}
 	if status == http.StatusPartialContent && !(f != nil && f.Kind == FaultNoContentRange) {
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, size))
+		if f != nil && f.Kind == FaultSliceOK {
+			status = http.StatusOK
+		}
 	}
 	declared := n
 	if f != nil && f.Kind == FaultBadLength {
@@ -824,7 +903,7 @@ func (c *call) writeBody(content Content, off, n int64) {
 	f := c.fault
 	rate := c.s.cfg.BandwidthPerConn
 	buf := make([]byte, 64<<10)
-	if f != nil && f.Kind == FaultTrickle {
+	if f != nil && f.Kind == FaultTrickle && f.Rate <= 0 {
 		buf = buf[:1]
 	}
 	start := time.Now()
@@ -869,8 +948,8 @@ func (c *call) writeBody(content Content, off, n int64) {
 		}
 		sent += int64(m)
 		if f != nil {
-			switch f.Kind {
-			case FaultTrickle:
+			switch {
+			case f.Kind == FaultTrickle && f.Rate <= 0:
 				c.w.Flush()
 				select {
 				case <-ctx.Done():

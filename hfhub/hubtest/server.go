@@ -12,6 +12,32 @@
 //
 // Repositories are built in memory with AddRepo/Commit or loaded from a
 // directory with LoadDir (see there for how LFS files are chosen).
+//
+// # Faults
+//
+// Inject scripts misbehaviour (Fault). A fault selects requests by Route,
+// Method, Path (the repository file), Seq (arrival number), Conn (the k-th
+// connection of its listener) and an optional Match predicate
+// (RangeCovers(0): the range holding a file's first bytes), then Skip and
+// Times. At most one fault applies to a request. Besides statuses, resets,
+// cuts and stalls there are:
+//
+//   - FaultCorrupt with a Mutation (flip bits, swap two equal-length
+//     substrings, truncate) applied to exactly the chosen body: API JSON, a
+//     tree page, an error body, a small file, one range of an LFS file;
+//     with Mutation.Seed the positions are drawn from the seed;
+//   - FaultHang: headers, AfterBytes of the body, then nothing;
+//   - FaultTrickle with Rate: the body at Rate bytes/s (with Conn and
+//     Times -1: every answer on one connection);
+//   - FaultEmptyPages: empty tree pages, each with a fresh next link;
+//   - FaultIgnoreRange (200 with the whole file), FaultSliceOK (200 with
+//     exactly the slice and a correct Content-Range, as ModelScope does),
+//     FaultIgnoreLaterRange (Range honoured only at offset 0);
+//   - FaultNoLinkedSize: the LFS redirect lacks X-Linked-Size.
+//
+// Requests returns the log (route, file, parsed range, connection, status,
+// body bytes, the fault and what a mutation did); BytesServed sums the
+// bytes sent for a file, or for ranges starting at given offsets.
 package hubtest
 
 import (
@@ -131,8 +157,8 @@ func NewServer(cfg Config) (*Server, error) {
 		hl.Close()
 		return nil, fmt.Errorf("cdn listener: %w", err)
 	}
-	s.hub = &httptest.Server{Listener: hl, Config: &http.Server{Handler: s.handler(roleHub)}}
-	s.cdn = &httptest.Server{Listener: cl, Config: &http.Server{Handler: s.handler(roleCDN)}}
+	s.hub = &httptest.Server{Listener: hl, Config: &http.Server{Handler: s.handler(roleHub), ConnContext: connCounter()}}
+	s.cdn = &httptest.Server{Listener: cl, Config: &http.Server{Handler: s.handler(roleCDN), ConnContext: connCounter()}}
 	s.hub.Start()
 	s.cdn.Start()
 	s.URL = "http://" + hl.Addr().String()
