@@ -1,0 +1,79 @@
+// Package modelconfig reads a checkpoint's config.json once into a
+// validated, typed description of its text model (Config), the one that
+// the runner, the repacker and the verifier all use. It imports nothing of
+// qpack's.
+//
+// It is tolerant where converters differ and strict where the forward pass
+// depends on it. Every dimension the math needs must be present (or
+// derivable the way transformers and mlx-lm derive it), positive, within a
+// named bound (MaxDim, MaxLayers, ...) and consistent with the others;
+// anything else is an *Error naming the file and the JSON field. A parse
+// goes on after a problem and returns them all as an ErrorList.
+//
+// # Architectures
+//
+// A small registry keyed by model_type (Register) maps each spelling to
+// the parser of one architecture; text_config.model_type must be one the
+// architecture accepts. Unknown types are refused with ErrUnsupported and
+// the list of supported ones. A new architecture (gemma4 / gemma4_text)
+// registers itself from its own file without touching the others.
+//
+//	architecture  top-level model_type                     text_config.model_type
+//	qwen3_next    qwen3_next (flat)                        qwen3_next
+//	qwen3_5_moe   qwen3_5_moe (nested or flat),            qwen3_5_moe_text (transformers),
+//	              qwen3_5 with num_experts (mlx-lm),       qwen3_5 (mlx-lm), qwen3_5_text,
+//	              qwen3_5_moe_text (a bare text model)     qwen3_5_moe
+//
+// # Layout
+//
+// The text model's fields are read from text_config when there is one
+// (transformers' and mlx-vlm's wrapped multimodal configs, mlx-lm's
+// qwen3_5_moe) and from the top level otherwise (mlx-lm also reads a flat
+// qwen3_5_moe). quantization and tie_word_embeddings may be at either level.
+//
+// # Key aliases and defaults
+//
+//	field                    also read as / from                          when absent
+//	num_experts              num_local_experts (Mixtral style)            required
+//	head_dim                 -                                            hidden_size / num_attention_heads (must divide)
+//	rope_theta               rope_parameters.rope_theta (transformers v5),  10000
+//	                         rope_scaling.rope_theta (v4)
+//	partial_rotary_factor    rope_parameters / rope_scaling, same key     0.25
+//	rope_parameters          per layer type: its full_attention entry     -
+//	rope type                rope_type or type: default, mrope (text: plain RoPE)
+//	full-attention layers    layer_types (transformers)                   every full_attention_interval-th layer (4), as mlx-lm
+//	tie_word_embeddings      text_config's or the top level's             false
+//	quantization             quantization_config (the transformers name;  not quantized
+//	                         mlx-lm writes both, identical, and reads
+//	                         quantization first), at the top level or in
+//	                         text_config
+//	quantization[module]     keyed with or without "language_model.",     the global bits / group_size
+//	                         "model." or "model.language_model."
+//	norm_topk_prob           -                                            true (transformers; mlx-lm's qwen3_next says false)
+//	rms_norm_eps             -                                            1e-6
+//	attn_output_gate         -                                            true
+//	decoder_sparse_step      qwen3_next only; qwen3_5_moe must be 1       1
+//	mlp_only_layers          qwen3_next only; qwen3_5_moe must be empty   none
+//
+// When two spellings of one field are both present they must agree, and so
+// must layer_types with an explicit full_attention_interval, a top-level
+// rope_theta with rope_parameters', and the two tie_word_embeddings: a
+// disagreement means transformers and mlx-lm would run different models,
+// so it is refused rather than resolved.
+//
+// # Quantization
+//
+// MLX affine only: bits in 2, 3, 4, 5, 6, 8 and group_size in 32, 64, 128,
+// both required globally. A per-module entry is an object (its own bits,
+// group_size, mode), false (kept in float) or true (the global setting).
+// An entry that leaves out bits or group_size takes MLX's default (4, 64)
+// only when that equals the global value; otherwise it is ambiguous (mlx
+// versions differ) and refused. quant_method (GPTQ, AWQ, FP8, ...) and
+// modes other than affine are refused.
+//
+// # Tensors
+//
+// Config.CheckTensors checks the config against a checkpoint's tensor
+// shapes where only the two together can tell: embedding and LM head rows
+// against vocab_size, router rows against num_experts.
+package modelconfig
