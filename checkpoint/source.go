@@ -353,7 +353,7 @@ func (s *Source) logOrigins() {
 			fb += sh.size
 		}
 	}
-	s.log.Info("source shards", "source", s.desc, "from_cache", cached, "cached_bytes", cb, "from_hub", fetched, "hub_bytes", fb)
+	s.log.Debug("source shards", "source", s.desc, "from_cache", cached, "cached_bytes", cb, "from_hub", fetched, "hub_bytes", fb)
 }
 
 // readHeader reads a shard's header with two reads and keeps its bytes.

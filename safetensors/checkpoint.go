@@ -118,7 +118,7 @@ func SelectShards(files []string, readIndex func() ([]byte, error)) ([]string, *
 	}
 	switch len(st) {
 	case 0:
-		return nil, nil, fmt.Errorf("no %s, no %s and no other .safetensors file", IndexFile, SingleFile)
+		return nil, nil, fmt.Errorf("no safetensors weights (no %s, no %s and no other .safetensors file)", IndexFile, SingleFile)
 	case 1:
 		return st, nil, nil
 	}
