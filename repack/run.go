@@ -21,8 +21,8 @@ import (
 // Options configures Run. Exactly one of FromHF, FromDir and Source names
 // the input.
 type Options struct {
-	FromHF   string // Hub repo id "org/name"
-	Revision string // branch, tag or commit for FromHF ("" = main)
+	FromHF   string  // Hub repo id "org/name"
+	Revision string  // branch, tag or commit for FromHF ("" = main)
 	FromDir  string  // local checkpoint directory
 	Source   *Source // a source opened by the caller (Run does not close it)
 
