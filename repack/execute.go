@@ -560,7 +560,11 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 			}
 			// A gapless range is checked later through the sha256 chain;
 			// only a range with gap bytes needs a digest of its own.
-			d, err := x.digestRange(r, sha, buf, !r.gapless())
+			hw, headerErr := x.guardHeader(r, sha)
+			d, err := x.digestRange(r, hw, buf, !r.gapless())
+			if err == nil {
+				err = headerErr()
+			}
 			if err != nil {
 				return err
 			}

@@ -19,16 +19,16 @@ import (
 // (resumable: the Hub client keeps partial files and their resume records
 // there), each checked against the Hub's sha256 / git blob id; then the
 // container is opened and validated, and renamed into place.
-func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *HubSource, start time.Time) (*Result, error) {
+func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *Source, start time.Time) (*Result, error) {
 	mdata, err := hs.ReadFile(ctx, qpack.ManifestName, qpack.MaxManifestSize)
 	if err != nil {
 		return nil, err
 	}
 	man, err := qpack.ParseManifest(mdata)
 	if err != nil {
-		return nil, fmt.Errorf("%s@%s: %w", hs.repo, short(hs.commit), err)
+		return nil, fmt.Errorf("%s@%s: %w", hs.Repo(), short(hs.Commit()), err)
 	}
-	res := &Result{Output: o.Output, Mode: "prebuilt", Repo: hs.repo, Revision: hs.revision, Commit: hs.commit,
+	res := &Result{Output: o.Output, Mode: "prebuilt", Repo: hs.Repo(), Revision: hs.Revision(), Commit: hs.Commit(),
 		Shards: []ShardResult{}, Skipped: []SkippedTensor{}}
 	if man.Ext != nil {
 		res.Source = man.Ext.Source
@@ -39,14 +39,14 @@ func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *HubSource,
 	var total int64
 	var include []string
 	for _, p := range man.SortedFiles() {
-		fi, ok := hs.files[p]
-		if !ok {
-			return nil, fmt.Errorf("%s@%s: manifest.json lists %s, which the repository does not have", hs.repo, short(hs.commit), p)
+		size := hs.Size(p)
+		if !hs.Has(p) {
+			return nil, fmt.Errorf("%s@%s: manifest.json lists %s, which the repository does not have", hs.Repo(), short(hs.Commit()), p)
 		}
-		if fi.Size != man.Files[p] {
-			return nil, fmt.Errorf("%s@%s: manifest.json says %s has %d bytes, the Hub lists %d", hs.repo, short(hs.commit), p, man.Files[p], fi.Size)
+		if size != man.Files[p] {
+			return nil, fmt.Errorf("%s@%s: manifest.json says %s has %d bytes, the Hub lists %d", hs.Repo(), short(hs.Commit()), p, man.Files[p], size)
 		}
-		total += fi.Size
+		total += size
 		include = append(include, globEscape(p))
 	}
 	include = append(include, globEscape(qpack.ManifestName))
@@ -86,7 +86,7 @@ func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *HubSource,
 	var mu sync.Mutex
 	var done int64
 	dl, err := c.Download(ctx, hfhub.DownloadRequest{
-		Repo: hs.repo, Revision: hs.commit, Include: include, LocalDir: partial,
+		Repo: hs.Repo(), Revision: hs.Commit(), Include: include, LocalDir: partial,
 		Connections: o.Connections, Progress: &dlProgress{total: res.SourceBytes, mu: &mu, done: &done, fn: o.OnProgress},
 	})
 	if dl != nil {

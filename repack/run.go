@@ -13,18 +13,24 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/qpack-go/qpack/checkpoint"
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/qpack"
-	"github.com/qpack-go/qpack/safetensors"
 )
 
 // Options configures Run. Exactly one of FromHF, FromDir and Source names
 // the input.
 type Options struct {
-	FromHF   string // Hub repo id "org/name"
-	Revision string // branch, tag or commit for FromHF ("" = main)
-	FromDir  string // local checkpoint directory
-	Source   Source // a source opened by the caller (Run does not close it)
+	FromHF   string  // Hub repo id "org/name"
+	Revision string  // branch, tag or commit for FromHF ("" = main)
+	FromDir  string  // local checkpoint directory
+	Source   *Source // a source opened by the caller (Run does not close it)
+
+	// Cache use for FromHF (see package checkpoint): files whose blobs the
+	// official cache holds are read from it, the rest fetched.
+	CacheDir string // the cache root ("" = HF_HUB_CACHE / HF_HOME rules)
+	NoCache  bool   // fetch everything from the Hub
+	Offline  bool   // read the cache only (also on with HF_HUB_OFFLINE=1)
 
 	Output         string // the .qpack directory to create
 	Connections    int    // concurrent range reads (0: 8 for the Hub, 2 for a directory)
@@ -146,55 +152,39 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 			o.Connections = 2
 		}
 	case o.FromHF != "":
-		hopts := o.Hub
-		if o.Token != "" {
-			hopts.Token = o.Token
-		}
-		if o.Endpoint != "" {
-			hopts.Endpoint = o.Endpoint
-		}
-		if o.HTTPClient != nil {
-			hopts.HTTPClient = o.HTTPClient
-		}
-		hopts.Logger = o.Logger
-		c, err := hfhub.NewClient(hopts)
+		hs, err := openHub(ctx, o)
 		if err != nil {
 			return nil, err
 		}
-		hs, err := OpenHub(ctx, c, o.FromHF, o.Revision)
-		if err != nil {
-			return nil, err
-		}
+		defer hs.Close()
 		if o.Connections <= 0 {
 			o.Connections = 8
 		}
 		if pre, err := isPrebuilt(ctx, hs); err != nil {
 			return nil, err
 		} else if pre {
-			return runPrebuilt(ctx, o, c, hs, start)
-		}
-		if err := hs.openShards(ctx); err != nil {
-			return nil, err
+			if hs.Client() == nil {
+				return nil, fmt.Errorf("%s holds a prebuilt container, which is downloaded, not read from the cache: run online", hs)
+			}
+			return runPrebuilt(ctx, o, hs.Client(), hs, start)
 		}
 		src = hs
 	}
 	if o.Connections <= 0 {
 		o.Connections = 2
 	}
-	if hs, ok := src.(*HubSource); ok {
-		if err := hs.openShards(ctx); err != nil {
-			return nil, err
-		}
+	if err := src.OpenShards(ctx); err != nil {
+		return nil, err
 	}
 	return repack(ctx, o, src, start)
 }
 
 // PlanSource reads config.json and every shard header of src and builds the
 // plan; any inconsistency is an error that names the file and tensor.
-func PlanSource(ctx context.Context, src Source) (*Plan, error) {
+func PlanSource(ctx context.Context, src *Source) (*Plan, error) {
 	data, err := src.ReadFile(ctx, "config.json", maxConfigSize)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, hfhub.ErrNotCached) {
 			return nil, fmt.Errorf("the source has no config.json: not a Hugging Face / MLX checkpoint")
 		}
 		return nil, err
@@ -203,36 +193,13 @@ func PlanSource(ctx context.Context, src Source) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	shards, err := readShardHeaders(src.Shards())
-	if err != nil {
+	if err := src.OpenShards(ctx); err != nil {
 		return nil, err
 	}
-	if len(shards) > 1 || hasFile(ctx, src, "model.safetensors.index.json") {
-		idx, err := src.ReadFile(ctx, "model.safetensors.index.json", 64<<20)
-		if err == nil {
-			ix, err := safetensors.ParseIndex(idx, safetensors.IndexFile)
-			if err != nil {
-				return nil, err
-			}
-			if err := checkIndex(ix, shards); err != nil {
-				return nil, err
-			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-	}
-	return BuildPlan(cfg, shards)
+	return BuildPlan(cfg, sourceShards(src))
 }
 
-func hasFile(ctx context.Context, src Source, name string) bool {
-	if hs, ok := src.(*HubSource); ok {
-		return hs.Has(name)
-	}
-	_, err := src.ReadFile(ctx, name, 64<<20)
-	return err == nil
-}
-
-func repack(ctx context.Context, o Options, src Source, start time.Time) (*Result, error) {
+func repack(ctx context.Context, o Options, src *Source, start time.Time) (*Result, error) {
 	log := o.Logger
 	plan, err := PlanSource(ctx, src)
 	if err != nil {
@@ -335,7 +302,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 				if why := j.mismatch(fp, rangeSize, ident); why != "" {
 					return nil, fmt.Errorf("%s holds a partial repack of %s; rerun with --discard-partial to throw it away and start over", partial, why)
 				}
-				if err := j.check(m, src.Shards()); err != nil {
+				if err := j.check(m, shardsOf(src)); err != nil {
 					return nil, fmt.Errorf("resume journal %s is inconsistent (%v); rerun with --discard-partial to start over", journalPath(partial), err)
 				}
 				resume = true
@@ -399,7 +366,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 		}
 	}
 
-	x := &executor{plan: plan, m: m, shards: src.Shards(), w: w, partial: partial, dense: dense, j: j, log: log,
+	x := &executor{plan: plan, m: m, shards: shardsOf(src), w: w, partial: partial, dense: dense, j: j, log: log,
 		workers: o.Connections, window: window, tile: tile, commitBytes: 256 << 20, commitEvery: 2 * time.Second, hooks: o.hooks}
 	if o.hooks != nil {
 		x.commitBytes, x.commitEvery = 0, 0
@@ -468,7 +435,7 @@ func repack(ctx context.Context, o Options, src Source, start time.Time) (*Resul
 	}
 	log.Debug("container finished", "seconds", time.Since(finishStart).Seconds())
 	res.Manifest = man
-	fillShardResults(res, plan, info.Shards, src.Shards())
+	fillShardResults(res, plan, info.Shards, shardsOf(src))
 	res.OutputBytes = filesBytes(man)
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
@@ -527,9 +494,8 @@ func (j *journal) mismatch(fp string, rangeSize int64, ident string) string {
 // completeMatch reports whether dir is a complete container made from the
 // same source with the same plan. Only a Hub source (pinned commit, shards
 // with published sha256) is trusted this way.
-func completeMatch(dir string, plan *Plan, src Source) (bool, *qpack.Manifest) {
-	hs, ok := src.(*HubSource)
-	if !ok {
+func completeMatch(dir string, plan *Plan, src *Source) (bool, *qpack.Manifest) {
+	if src.Kind() != checkpoint.KindHub {
 		return false, nil
 	}
 	c, err := qpack.Open(dir)
@@ -538,7 +504,7 @@ func completeMatch(dir string, plan *Plan, src Source) (bool, *qpack.Manifest) {
 	}
 	defer c.Close()
 	m := c.Manifest
-	if m.Ext == nil || m.Ext.Source.Repo != hs.repo || m.Ext.Source.Commit != hs.commit || len(m.Ext.Source.Shards) != len(plan.Shards) {
+	if m.Ext == nil || m.Ext.Source.Repo != src.Repo() || m.Ext.Source.Commit != src.Commit() || len(m.Ext.Source.Shards) != len(plan.Shards) {
 		return false, nil
 	}
 	for i, s := range plan.Shards {
@@ -561,7 +527,7 @@ var errStale = errors.New("stale partial container")
 // (a run killed between Finish's last steps): it checks that the manifest
 // is this plan's and that every file still hashes to its digest, then
 // renames it into place.
-func placeFinished(partial string, o Options, plan *Plan, src Source, res *Result, start time.Time) (*Result, error) {
+func placeFinished(partial string, o Options, plan *Plan, src *Source, res *Result, start time.Time) (*Result, error) {
 	c, err := qpack.Open(partial)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errStale, err)
@@ -677,7 +643,7 @@ func syncDir(dir string) error {
 
 // isPrebuilt reports whether the repo's top-level manifest.json is a qpack
 // manifest (magic "QPACK").
-func isPrebuilt(ctx context.Context, hs *HubSource) (bool, error) {
+func isPrebuilt(ctx context.Context, hs *Source) (bool, error) {
 	if !hs.Has(qpack.ManifestName) {
 		return false, nil
 	}

@@ -2,11 +2,13 @@ package safetensors
 
 import (
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // SingleFile is the name of a single-file checkpoint.
@@ -38,77 +40,94 @@ type tensorLoc struct {
 // model.safetensors.index.json, its shards are read and cross-checked: every
 // weight_map entry must exist in its shard's header, and every shard tensor
 // must be in the map, naming that shard. Otherwise dir must hold
-// model.safetensors, or else exactly one *.safetensors file. Tensor names are
-// unique across shards.
+// model.safetensors, or else exactly one *.safetensors file (see
+// SelectShards). Tensor names are unique across shards. Every file is
+// opened only if it is a regular file (a FIFO or a device is refused without
+// blocking).
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
-	c := &Checkpoint{Dir: dir}
-	indexPath := filepath.Join(dir, IndexFile)
-	data, err := readBounded(indexPath, MaxIndexLen)
-	switch {
-	case err == nil:
-		ix, err := ParseIndex(data, indexPath)
-		if err != nil {
-			return nil, err
-		}
-		c.Index = ix
-		for _, name := range ix.Shards() {
-			if err := c.addShard(name); err != nil {
-				return nil, err
-			}
-		}
-	case os.IsNotExist(err):
-		name, err := singleFile(dir)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.addShard(name); err != nil {
-			return nil, err
-		}
-	default:
+	ents, err := os.ReadDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.buildLookup(indexPath); err != nil {
+	var files []string
+	for _, e := range ents {
+		files = append(files, e.Name())
+	}
+	indexPath := filepath.Join(dir, IndexFile)
+	names, ix, err := SelectShards(files, func() ([]byte, error) { return regfile.ReadFile(indexPath, MaxIndexLen) })
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	var shards []*Shard
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		h, err := ReadFileHeader(path)
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, &Shard{Name: name, Path: path, Header: h})
+	}
+	return NewCheckpoint(dir, ix, shards)
+}
+
+// NewCheckpoint assembles a checkpoint from shard headers read elsewhere
+// and cross-checks them with the index as OpenCheckpoint does. dir (and
+// each shard's Path) name the checkpoint in error messages.
+func NewCheckpoint(dir string, ix *Index, shards []*Shard) (*Checkpoint, error) {
+	c := &Checkpoint{Dir: dir, Index: ix, Shards: shards}
+	if err := c.buildLookup(filepath.Join(dir, IndexFile)); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// singleFile picks the file of a checkpoint that has no index.
-func singleFile(dir string) (string, error) {
-	if st, err := os.Stat(filepath.Join(dir, SingleFile)); err == nil && !st.IsDir() {
-		return SingleFile, nil
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	var found []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".safetensors") && !e.IsDir() {
-			found = append(found, e.Name())
+// SelectShards picks the safetensors files of a checkpoint from the names
+// of its top-level files: the index's shards when
+// model.safetensors.index.json is among them (readIndex returns its bytes;
+// every shard it names must be in files), else model.safetensors, else the
+// only *.safetensors file. The index is nil without one. Errors do not name
+// the checkpoint; the caller adds where it is.
+func SelectShards(files []string, readIndex func() ([]byte, error)) ([]string, *Index, error) {
+	have := map[string]bool{}
+	var st []string
+	for _, f := range files {
+		have[f] = true
+		if strings.HasSuffix(f, ".safetensors") && !strings.Contains(f, "/") {
+			st = append(st, f)
 		}
 	}
-	switch len(found) {
+	if have[IndexFile] {
+		data, err := readIndex()
+		if err != nil {
+			return nil, nil, err
+		}
+		ix, err := ParseIndex(data, IndexFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		names := ix.Shards()
+		for _, n := range names {
+			if !have[n] {
+				return nil, nil, fmt.Errorf("%s names shard %q, which the checkpoint does not have: %w", IndexFile, n, fs.ErrNotExist)
+			}
+		}
+		return names, ix, nil
+	}
+	if have[SingleFile] {
+		return []string{SingleFile}, nil, nil
+	}
+	switch len(st) {
 	case 0:
-		return "", fmt.Errorf("%s: no %s, no %s and no other .safetensors file", dir, IndexFile, SingleFile)
+		return nil, nil, fmt.Errorf("no safetensors weights (no %s, no %s and no other .safetensors file)", IndexFile, SingleFile)
 	case 1:
-		return found[0], nil
+		return st, nil, nil
 	}
-	if len(found) > 5 {
-		found = append(found[:5], "...")
+	sort.Strings(st)
+	if len(st) > 5 {
+		st = append(st[:5], "...")
 	}
-	return "", fmt.Errorf("%s: no %s but several .safetensors files (%s); cannot tell which is the checkpoint",
-		dir, IndexFile, strings.Join(found, ", "))
-}
-
-func (c *Checkpoint) addShard(name string) error {
-	path := filepath.Join(c.Dir, name)
-	h, err := ReadFileHeader(path)
-	if err != nil {
-		return err
-	}
-	c.Shards = append(c.Shards, &Shard{Name: name, Path: path, Header: h})
-	return nil
+	return nil, nil, fmt.Errorf("no %s but several .safetensors files (%s); cannot tell which is the checkpoint",
+		IndexFile, strings.Join(st, ", "))
 }
 
 // buildLookup indexes every tensor and cross-checks the weight map.
@@ -183,31 +202,4 @@ func (c *Checkpoint) DataSize() int64 {
 		n += s.Header.DataSize()
 	}
 	return n
-}
-
-// readBounded reads a whole file of at most limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, formatErr(path, "", "is a directory")
-	}
-	if st.Size() > limit {
-		return nil, formatErr(path, "", fmt.Sprintf("is %d bytes, over the limit of %d", st.Size(), limit))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, formatErr(path, "", fmt.Sprintf("is over the limit of %d bytes", limit))
-	}
-	return data, nil
 }

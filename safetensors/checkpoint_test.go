@@ -100,7 +100,7 @@ func TestOpenCheckpointShardedBad(t *testing.T) {
 		}, `model-00002-of-00002.safetensors: tensor "a": also in shard model-00001-of-00002.safetensors`},
 		{"missing shard", func(t *testing.T, dir string) {
 			os.Remove(filepath.Join(dir, "model-00002-of-00002.safetensors"))
-		}, "model-00002-of-00002.safetensors: no such file"},
+		}, `"model-00002-of-00002.safetensors", which the checkpoint does not have`},
 		{"corrupt shard", func(t *testing.T, dir string) {
 			writeText(t, filepath.Join(dir, "model-00002-of-00002.safetensors"), "\x02\x00\x00\x00\x00\x00\x00\x00[]")
 		}, "model-00002-of-00002.safetensors: header is an array"},
@@ -110,7 +110,7 @@ func TestOpenCheckpointShardedBad(t *testing.T) {
 		{"index is a directory", func(t *testing.T, dir string) {
 			os.Remove(filepath.Join(dir, IndexFile))
 			os.Mkdir(filepath.Join(dir, IndexFile), 0o755)
-		}, "is a directory"},
+		}, "not a regular file (a directory)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

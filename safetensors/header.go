@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // MaxHeaderLen is the largest header JSON this package reads (100 MiB).
@@ -123,19 +124,14 @@ func (h *Header) DataSize() int64 {
 }
 
 // ReadFileHeader opens the file at path and reads its header.
+// A path that is not a regular file (a FIFO, a device, a socket, a symlink
+// to one) is refused before any blocking open.
 func ReadFileHeader(path string) (*Header, error) {
-	f, err := os.Open(path)
+	f, st, err := regfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, formatErr(path, "", "not a regular file")
-	}
 	return ReadHeader(f, st.Size(), path)
 }
 

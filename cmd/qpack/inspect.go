@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/qpack-go/qpack/checkpoint"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/repack"
 	"github.com/qpack-go/qpack/safetensors"
@@ -181,18 +183,23 @@ func readArchitecture(data []byte) map[string]any {
 
 func inspectCheckpoint(dir string) (*inspectReport, error) {
 	cfgPath := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(cfgPath)
-	if err != nil {
+	if _, err := os.Lstat(cfgPath); err != nil {
 		return nil, fmt.Errorf("%s: not a .qpack (no manifest.json) and not a checkpoint: %w", dir, err)
+	}
+	src, err := checkpoint.OpenDir(dir) // refuses non-regular files without blocking
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	data, err := src.ReadFile(context.Background(), "config.json", 16<<20)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := repack.ParseConfig(data, cfgPath)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenCheckpoint(dir)
-	if err != nil {
-		return nil, err
-	}
+
 	rep := &inspectReport{Path: dir, Kind: "mlx-checkpoint", ModelType: cfg.ModelType,
 		Architecture: readArchitecture(data), DTypes: map[string]int{}}
 	if cfg.QuantBits > 0 || len(cfg.Overrides()) > 0 {
@@ -203,20 +210,21 @@ func inspectCheckpoint(dir string) (*inspectReport, error) {
 		rep.Quantization = q
 	}
 	var shards []repack.SourceShard
-	for _, s := range ck.Shards {
-		rep.Shards = append(rep.Shards, shardReport{Name: s.Name, Bytes: s.Header.FileSize, Tensors: len(s.Header.Tensors)})
-		rep.TotalBytes += s.Header.FileSize
-		rep.Tensors += len(s.Header.Tensors)
-		for _, t := range s.Header.Tensors {
+	for _, s := range src.Shards() {
+		h := s.Header()
+		rep.Shards = append(rep.Shards, shardReport{Name: s.Name(), Bytes: h.FileSize, Tensors: len(h.Tensors)})
+		rep.TotalBytes += h.FileSize
+		rep.Tensors += len(h.Tensors)
+		for _, t := range h.Tensors {
 			rep.DTypes[string(t.DType)]++
 		}
-		shards = append(shards, repack.SourceShard{Name: s.Name, Size: s.Header.FileSize, Header: s.Header})
+		shards = append(shards, repack.SourceShard{Name: s.Name(), Size: h.FileSize, Header: h})
 	}
 	plan, err := repack.BuildPlan(cfg, shards)
 	if err != nil {
 		rep.Note = "cannot be repacked: " + err.Error()
-		for _, s := range ck.Shards {
-			for _, t := range s.Header.Tensors {
+		for _, s := range src.Shards() {
+			for _, t := range s.Header().Tensors {
 				rep.DenseBytes += t.Size
 			}
 		}

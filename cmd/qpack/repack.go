@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/qpack-go/qpack/checkpoint"
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/repack"
 )
@@ -27,8 +28,11 @@ func init() {
 		Usage: "stream an MLX checkpoint from the Hub or a directory into a .qpack container (resumable)",
 		Description: `Plans the container from config.json and the shard headers, then streams every shard
 with range reads straight into the container's files: the checkpoint is never stored. Each shard is
-hashed in order and checked against the Hub's sha256 (a local shard's sha256 is recorded). Killed at
-any point, the same command resumes; a Hub repo that already holds a .qpack is downloaded instead.`,
+hashed in order and checked against the Hub's sha256 (a local shard's sha256 is recorded). With
+--from-hf, files already in the HF cache (written by qpack or the official client) are read from it
+and hash-checked; only the rest is fetched, and --offline (or HF_HUB_OFFLINE=1) reads the cache
+alone. Killed at any point, the same command resumes; a Hub repo that already holds a .qpack is
+downloaded instead.`,
 		ArgsUsage: " ",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "from-hf", Usage: "Hub repo id `ORG/NAME` of an MLX checkpoint (or of a built .qpack)"},
@@ -40,6 +44,9 @@ any point, the same command resumes; a Hub repo that already holds a .qpack is d
 			&cli.BoolFlag{Name: "discard-partial", Usage: "throw away an interrupted repack of --output and start over"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON summary on stdout"},
 			&cli.StringFlag{Name: "token", Usage: "Hub access token (default: HF_TOKEN, then the token file)", EnvVars: nil},
+			&cli.BoolFlag{Name: "offline", Usage: "--from-hf from the HF cache only, no network (also HF_HUB_OFFLINE=1)"},
+			&cli.StringFlag{Name: "cache-dir", Usage: "HF cache root read for --from-hf (default: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)"},
+			&cli.BoolFlag{Name: "no-cache", Usage: "fetch every --from-hf file from the Hub even when the HF cache has it"},
 			&cli.Int64Flag{Name: "range-size", Usage: "bytes per range read", Value: repack.DefaultRangeSize, Hidden: true},
 			&cli.Int64Flag{Name: "reserve", Usage: "free space to leave on the output's disk, in bytes (default 1 GiB; -1: none)", Hidden: true},
 		},
@@ -56,6 +63,9 @@ func repackAction(c *cli.Context) error {
 	hf, dir := c.String("from-hf"), c.String("from-dir")
 	if (hf == "") == (dir == "") {
 		return withCode(2, fmt.Errorf("repack: give exactly one of --from-hf REPO and --from-dir DIR"))
+	}
+	if dir != "" && (c.IsSet("offline") || c.IsSet("cache-dir") || c.IsSet("no-cache")) {
+		return withCode(2, fmt.Errorf("repack: --offline, --cache-dir and --no-cache go with --from-hf"))
 	}
 	if dir != "" && c.IsSet("revision") {
 		return withCode(2, fmt.Errorf("repack: --revision goes with --from-hf"))
@@ -93,6 +103,7 @@ func repackAction(c *cli.Context) error {
 		Connections: c.Int("connections"), Overwrite: c.Bool("overwrite"), DiscardPartial: c.Bool("discard-partial"),
 		Token: c.String("token"), RangeSize: c.Int64("range-size"), Reserve: c.Int64("reserve"),
 		ToolVersion: version, Logger: slog.Default(),
+		Offline: c.Bool("offline"), CacheDir: c.String("cache-dir"), NoCache: c.Bool("no-cache"),
 	}
 	var bar *repackBar
 	if repackIsTerminal(os.Stderr) {
@@ -143,7 +154,7 @@ func checkRepackDir(ctx context.Context, dir string) error {
 // during the repack.
 func repackExitCode(err error) int {
 	for _, e := range []error{repack.ErrExists, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
-		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized} {
+		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized, hfhub.ErrNotCached, checkpoint.ErrOfflineNoCache} {
 		if errors.Is(err, e) {
 			return 2
 		}
@@ -175,8 +186,11 @@ func printRepackSummary(w io.Writer, r *repack.Result) {
 	}
 	for _, s := range r.Shards {
 		how := "sha256 recorded"
-		if s.Verified {
+		switch {
+		case s.Verified && r.Repo != "":
 			how = "sha256 verified against the Hub"
+		case s.Verified:
+			how = "sha256 verified against the name of its HF cache blob"
 		}
 		fmt.Fprintf(w, "  %s  %s  %s (%s)\n", s.SHA256, sizeIEC(s.Size), s.Name, how)
 	}

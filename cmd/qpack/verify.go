@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/qpack-go/qpack/checkpoint"
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/verify"
@@ -40,6 +41,9 @@ the format, or a source that cannot serve as a reference).`,
 			&cli.IntFlag{Name: "workers", Usage: "files hashed at once (default: the number of CPUs)"},
 			&cli.IntFlag{Name: "connections", Value: 8, Usage: "concurrent range requests per shard for a Hub source"},
 			&cli.StringFlag{Name: "token", Usage: "Hugging Face token (default: HF_TOKEN or the token file)"},
+			&cli.BoolFlag{Name: "offline", Usage: "read a Hub source from the HF cache only, no network (also HF_HUB_OFFLINE=1)"},
+			&cli.StringFlag{Name: "cache-dir", Usage: "HF cache root read for a Hub source (default: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)"},
+			&cli.BoolFlag{Name: "no-cache", Usage: "read every file of a Hub source from the Hub even when the HF cache has it"},
 			&cli.StringFlag{Name: "receipt", Usage: "write the receipt to `PATH` (default: CONTAINER/verified-install.json)"},
 			&cli.BoolFlag{Name: "no-receipt", Usage: "do not write a receipt"},
 		},
@@ -172,12 +176,21 @@ func openVerifySource(c *cli.Context, lf *lateFlags, dir string) (*verify.Source
 			revision = rev
 		}
 	}
-	client, err := hfhub.NewClient(hfhub.Options{Token: lf.String("token"), UserAgent: "qpack/" + version, Logger: slog.Default()})
+	cs, err := checkpoint.OpenHub(c.Context, checkpoint.HubOptions{
+		Repo: source, Revision: revision,
+		ClientOptions: hfhub.Options{Token: lf.String("token"), UserAgent: "qpack/" + version, Logger: slog.Default()},
+		Reader:        hfhub.ReaderOptions{Connections: lf.Int("connections")},
+		CacheDir:      lf.String("cache-dir"), NoCache: lf.Bool("no-cache"), Offline: lf.Bool("offline"), Logger: slog.Default(),
+	})
 	if err != nil {
 		return nil, err
 	}
-	conns := lf.Int("connections")
-	return verify.OpenHubSource(c.Context, client, source, revision, hfhub.ReaderOptions{Connections: conns})
+	src, err := verify.FromCheckpoint(c.Context, cs)
+	if err != nil {
+		cs.Close()
+		return nil, err
+	}
+	return src, nil
 }
 
 func readSmall(path string, limit int64) ([]byte, error) {

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qpack-go/qpack/hfhub/hubtest"
+	"github.com/qpack-go/qpack/repack"
+)
+
+// srcTiny is a bundled sharded checkpoint.
+const srcTiny = "../../testdata/tiny/qwen3_5_moe-q4g32"
+
+// srcWithin fails the test if fn blocks for more than a few seconds.
+func srcWithin(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s blocked for 15 s", what)
+	}
+}
+
+func srcCopy(t *testing.T, from string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), filepath.Base(from))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(from)
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
+	}
+	return dst
+}
+
+// A FIFO, or a link to one, in a local checkpoint is refused (exit 2, the
+// file named) by repack --from-dir, inspect and verify-install --deep
+// --source, without blocking.
+func TestLocalSourcesRefuseFIFO(t *testing.T) {
+	good := srcCopy(t, srcTiny)
+	container := filepath.Join(t.TempDir(), "m.qpack")
+	if out, err := runCLI(t, "repack", "--from-dir", good, "--output", container, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, name := range []string{"model-00002-of-00003.safetensors", "config.json", "model.safetensors.index.json"} {
+		for _, viaLink := range []bool{false, true} {
+			dir := srcCopy(t, srcTiny)
+			p := filepath.Join(dir, name)
+			os.Remove(p)
+			fifo := p
+			if viaLink {
+				fifo = filepath.Join(t.TempDir(), "pipe")
+				os.Symlink(fifo, p)
+			}
+			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+				t.Skip("no FIFOs:", err)
+			}
+			cases := [][]string{
+				{"repack", "--from-dir", dir, "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1"},
+				{"inspect", dir},
+			}
+			if name != "config.json" { // the deep check reads no config.json from the source
+				cases = append(cases, []string{"verify-install", container, "--deep", "--source", dir, "--no-receipt"})
+			}
+			if strings.HasSuffix(name, ".safetensors") {
+				cases = append(cases, []string{"inspect", p})
+			}
+			for _, args := range cases {
+				what := strings.Join(args[:2], " ") + " with " + name
+				if viaLink {
+					what += " (a link to a FIFO)"
+				}
+				srcWithin(t, what, func() {
+					out, err := runCLI(t, args...)
+					if err == nil || vfExitCode(err) != 2 || !strings.Contains(err.Error()+out, name) || !strings.Contains(err.Error()+out, "not a regular file") {
+						t.Errorf("%s: exit %d, %v\n%s", what, vfExitCode(err), err, out)
+					}
+				})
+			}
+		}
+	}
+}
+
+// srcHub serves the bundled checkpoint as org/tiny-moe.
+func srcHub(t *testing.T) *hubtest.Server {
+	t.Helper()
+	hub, err := hubtest.NewServer(hubtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hub.Close)
+	ents, _ := os.ReadDir(srcTiny)
+	var files []hubtest.File
+	for _, e := range ents {
+		data, _ := os.ReadFile(filepath.Join(srcTiny, e.Name()))
+		files = append(files, hubtest.File{Path: e.Name(), Data: data, LFS: strings.HasSuffix(e.Name(), ".safetensors")})
+	}
+	hub.MustAddRepo("org/tiny-moe", files, hubtest.RepoOptions{})
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HOME", t.TempDir())
+	t.Setenv("HF_HUB_OFFLINE", "")
+	return hub
+}
+
+// sameFiles fails unless the containers a and b hold the same files with
+// the same bytes, except manifest.json, whose file digests must agree (its
+// provenance names the source, a repository or a directory).
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	read := func(dir string) map[string][]byte {
+		out := map[string][]byte{}
+		filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				rel, _ := filepath.Rel(dir, p)
+				out[rel], _ = os.ReadFile(p)
+			}
+			return nil
+		})
+		return out
+	}
+	fa, fb := read(a), read(b)
+	if len(fa) != len(fb) || len(fa) < 4 {
+		t.Fatalf("%d files vs %d", len(fa), len(fb))
+	}
+	for p, da := range fa {
+		if p == "manifest.json" {
+			var ma, mb struct {
+				Files map[string]int64 `json:"files"`
+				Ext   struct {
+					FileDigests map[string]string `json:"fileDigests"`
+				} `json:"qpack"`
+			}
+			json.Unmarshal(da, &ma)
+			json.Unmarshal(fb[p], &mb)
+			ja, _ := json.Marshal(ma)
+			jb, _ := json.Marshal(mb)
+			if !bytes.Equal(ja, jb) || len(ma.Files) == 0 {
+				t.Errorf("manifests list other files or digests:\n%s\n%s", ja, jb)
+			}
+			continue
+		}
+		if !bytes.Equal(da, fb[p]) {
+			t.Errorf("%s differs", p)
+		}
+	}
+}
+
+// repack --from-hf and verify-install --deep --source REPO work offline
+// from a cache written by qpack download, with the Hub stopped; the
+// container is the one repack --from-dir makes of the snapshot. What the
+// cache lacks is exit 2, naming the file.
+func TestRepackOfflineFromCache(t *testing.T) {
+	hub := srcHub(t)
+	cache := t.TempDir()
+	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var dl struct {
+		SnapshotDir string `json:"snapshot_dir"`
+	}
+	json.Unmarshal([]byte(out), &dl)
+	hub.Close()
+	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+
+	fromDir := filepath.Join(t.TempDir(), "dir.qpack")
+	if out, err := runCLI(t, "repack", "--from-dir", dl.SnapshotDir, "--output", fromDir, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, how := range []string{"flag", "env"} {
+		args := []string{"repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--output", filepath.Join(t.TempDir(), how+".qpack"), "--reserve", "-1", "--json"}
+		if how == "flag" {
+			args = append(args, "--offline")
+		} else {
+			t.Setenv("HF_HUB_OFFLINE", "1")
+		}
+		out, err := runCLI(t, args...)
+		if err != nil {
+			t.Fatalf("offline repack (%s): %v\n%s", how, err, out)
+		}
+		var res repack.Result
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, s := range res.Shards {
+			if !s.Verified {
+				t.Errorf("%s: not verified against the cached digest", s.Name)
+			}
+		}
+		sameFiles(t, fromDir, args[6])
+		vout, err := runCLI(t, "verify-install", args[6], "--deep", "--source", "org/tiny-moe", "--cache-dir", cache, "--offline", "--no-receipt")
+		if err != nil {
+			t.Fatalf("offline deep verify: %v\n%s", err, vout)
+		}
+	}
+
+	// A shard missing from the cache: exit 2, naming it.
+	var blob string
+	ents, _ := os.ReadDir(dl.SnapshotDir)
+	for _, e := range ents {
+		if e.Name() == "model-00003-of-00003.safetensors" {
+			blob, _ = filepath.EvalSymlinks(filepath.Join(dl.SnapshotDir, e.Name()))
+		}
+	}
+	if blob == "" || os.Remove(blob) != nil {
+		t.Fatal("no blob to remove")
+	}
+	out, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1")
+	if vfExitCode(err) != 2 || !strings.Contains(err.Error(), "model-00003-of-00003.safetensors") || !strings.Contains(err.Error(), "not in the local cache") {
+		t.Fatalf("missing shard: exit %d, %v\n%s", vfExitCode(err), err, out)
+	}
+	out, err = runCLI(t, "verify-install", fromDir, "--deep", "--source", "org/tiny-moe", "--cache-dir", cache, "--offline", "--no-receipt")
+	if vfExitCode(err) != 2 || !strings.Contains(err.Error()+out, "model-00003-of-00003.safetensors") {
+		t.Fatalf("missing shard, deep verify: exit %d, %v\n%s", vfExitCode(err), err, out)
+	}
+}

@@ -1,0 +1,36 @@
+package repack
+
+import (
+	"io"
+
+	"github.com/qpack-go/qpack/checkpoint"
+)
+
+// guardHeader returns the writer the committer feeds range r's bytes to
+// for the shard's sha256 chain: w itself, or, for a range that covers part
+// of the shard's header, w teed into a comparison with the header bytes the
+// plan was built from. check reports a difference; the committer calls it
+// before the range enters the journal, so a plan built from a header that
+// is not the hashed one is never committed.
+func (x *executor) guardHeader(r srcRange, w io.Writer) (hw io.Writer, check func() error) {
+	cs, ok := shardOf(x.shards[r.shard])
+	if !ok {
+		return w, func() error { return nil }
+	}
+	sc := cs.NewStreamCheck(r.off)
+	if sc == nil {
+		return w, func() error { return nil }
+	}
+	return io.MultiWriter(w, sc), sc.Err
+}
+
+// shardOf returns the checkpoint shard behind an executor shard.
+func shardOf(s Shard) (*checkpoint.Shard, bool) {
+	switch v := s.(type) {
+	case *checkpoint.Shard:
+		return v, true
+	case localShard:
+		return v.Shard, true
+	}
+	return nil, false
+}
