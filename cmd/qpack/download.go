@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,9 +124,7 @@ func writeDownloadJSON(w io.Writer, res *hfhub.DownloadResult, start time.Time, 
 	if err != nil {
 		out.Error = err.Error()
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return writeJSON(w, out)
 }
 
 // termProgress draws one bar for the total (bytes, rate, ETA) whose label
