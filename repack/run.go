@@ -76,24 +76,24 @@ type ShardResult struct {
 type Result struct {
 	Output          string          `json:"output"`
 	Mode            string          `json:"mode"` // "repack" or "prebuilt"
-	AlreadyComplete bool            `json:"alreadyComplete,omitempty"`
+	AlreadyComplete bool            `json:"already_complete,omitempty"`
 	Resumed         bool            `json:"resumed,omitempty"`
 	Source          qpack.Source    `json:"-"`
 	Repo            string          `json:"repo,omitempty"`
 	Revision        string          `json:"revision,omitempty"`
 	Commit          string          `json:"commit,omitempty"`
-	SourceDir       string          `json:"sourceDir,omitempty"`
+	SourceDir       string          `json:"source_dir,omitempty"`
 	Shards          []ShardResult   `json:"shards"`
-	Skipped         []SkippedTensor `json:"skippedTensors"`
-	SkippedBytes    int64           `json:"skippedBytes"`
-	SourceBytes     int64           `json:"sourceBytes"`  // all shards
-	FetchedBytes    int64           `json:"fetchedBytes"` // read from the source by this run
-	OutputBytes     int64           `json:"outputBytes"`  // the container's files
+	Skipped         []SkippedTensor `json:"skipped_tensors"`
+	SkippedBytes    int64           `json:"skipped_bytes"`
+	SourceBytes     int64           `json:"source_bytes"`  // all shards
+	FetchedBytes    int64           `json:"fetched_bytes"` // read from the source by this run
+	OutputBytes     int64           `json:"output_bytes"`  // the container's files
 	Ranges          int             `json:"ranges"`
-	RangesReused    int             `json:"rangesReused"` // complete from an earlier run, checked on disk
-	RangesRedone    int             `json:"rangesRedone"` // found damaged on disk and fetched again
+	RangesReused    int             `json:"ranges_reused"` // complete from an earlier run, checked on disk
+	RangesRedone    int             `json:"ranges_redone"` // found damaged on disk and fetched again
 	Seconds         float64         `json:"seconds"`
-	Throughput      float64         `json:"bytesPerSecond"` // FetchedBytes / Seconds
+	Throughput      float64         `json:"bytes_per_second"` // FetchedBytes / Seconds
 	Manifest        *qpack.Manifest `json:"-"`
 }
 

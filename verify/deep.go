@@ -77,10 +77,10 @@ type DeepReport struct {
 	Sample          int          `json:"sample,omitempty"`
 	Seed            uint64       `json:"seed,omitempty"`
 	Shards          []ShardCheck `json:"shards"`
-	DenseTensors    int          `json:"denseTensors"`    // compared
-	ExpertSlices    int          `json:"expertSlices"`    // (layer, expert, section) slices compared
-	BytesCompared   int64        `json:"bytesCompared"`   // container bytes compared with the source
-	SourceBytesRead int64        `json:"sourceBytesRead"` // bytes read from the source
+	DenseTensors    int          `json:"dense_tensors"`     // compared
+	ExpertSlices    int          `json:"expert_slices"`     // (layer, expert, section) slices compared
+	BytesCompared   int64        `json:"bytes_compared"`    // container bytes compared with the source
+	SourceBytesRead int64        `json:"source_bytes_read"` // bytes read from the source
 	// Shared: the digest pass ran alongside, and the container files it
 	// shared were read from the disk once (see DeepOptions.Window).
 	Shared bool `json:"shared,omitempty"`

@@ -124,23 +124,23 @@ type Report struct {
 	Container      string `json:"container"`
 	Status         Status `json:"status"`
 	Error          string `json:"error,omitempty"` // why the input is unusable
-	ManifestDigest string `json:"manifestDigest,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
 	// VerifiedBefore is the time recorded by the receipt of an earlier
 	// successful verification, if the container has one; the manifest is
 	// then also checked against the receipt's digest of it.
-	VerifiedBefore string `json:"verifiedBefore,omitempty"`
+	VerifiedBefore string `json:"verified_before,omitempty"`
 	// DigestsRecorded is false for a container without the qpack extension
 	// (Swiftlet writes none): only sizes, structure and padding can be
 	// checked, and --deep against the source.
-	DigestsRecorded  bool         `json:"digestsRecorded"`
-	LayerFileDigests bool         `json:"layerFileDigestsChecked"`
+	DigestsRecorded  bool         `json:"digests_recorded"`
+	LayerFileDigests bool         `json:"layer_file_digests_checked"`
 	Files            []FileResult `json:"files"`
 	Problems         []Problem    `json:"problems"`
-	ProblemsOmitted  int          `json:"problemsOmitted,omitempty"`
+	ProblemsOmitted  int          `json:"problems_omitted,omitempty"`
 	Notes            []string     `json:"notes,omitempty"`
-	ExtraFiles       []string     `json:"extraFiles,omitempty"`
+	ExtraFiles       []string     `json:"extra_files,omitempty"`
 	Deep             *DeepReport  `json:"deep,omitempty"`
-	BytesHashed      int64        `json:"bytesHashed"`
+	BytesHashed      int64        `json:"bytes_hashed"`
 	Seconds          float64      `json:"seconds"`
 
 	fileDigests map[string]string // the manifest's, for the receipt

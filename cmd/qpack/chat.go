@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -68,9 +67,7 @@ func chatAction(c *cli.Context) error {
 		}
 	}
 	if s.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(out, struct {
 			Model       string     `json:"model"`
 			Turns       []chatTurn `json:"turns"`
 			StateTokens int        `json:"state_tokens"`

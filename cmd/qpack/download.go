@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -87,10 +84,7 @@ func runDownload(cc *cli.Context) error {
 		if res != nil && c.Bool("json") {
 			writeDownloadJSON(cc.App.Writer, res, start, err)
 		}
-		if errors.Is(cc.Context.Err(), context.Canceled) {
-			return withCode(130, fmt.Errorf("%w (run the same command again to resume)", err))
-		}
-		return err
+		return err // an interrupt becomes exit 130 with the resume hint (main.go)
 	}
 	if c.Bool("json") {
 		return writeDownloadJSON(cc.App.Writer, res, start, nil)
@@ -125,9 +119,7 @@ func writeDownloadJSON(w io.Writer, res *hfhub.DownloadResult, start time.Time, 
 	if err != nil {
 		out.Error = err.Error()
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return writeJSON(w, out)
 }
 
 // termProgress draws one bar for the total (bytes, rate, ETA) whose label

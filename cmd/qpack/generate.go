@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -294,9 +293,7 @@ func generateAction(c *cli.Context) error {
 	}
 	rep := newRunReport(r, res, s.gen.Sample)
 	if s.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(out, struct {
 			Model string `json:"model"`
 			*runReport
 		}{s.model, rep})

@@ -36,9 +36,7 @@ func init() {
 				return withCode(2, err)
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(c.App.Writer, rep)
 			}
 			rep.print(c.App.Writer)
 			return nil
@@ -50,16 +48,16 @@ func init() {
 type inspectReport struct {
 	Path         string         `json:"path"`
 	Kind         string         `json:"kind"` // "qpack", "mlx-checkpoint", "safetensors"
-	ModelType    string         `json:"modelType,omitempty"`
+	ModelType    string         `json:"model_type,omitempty"`
 	Architecture map[string]any `json:"architecture,omitempty"`
 	Quantization *quantReport   `json:"quantization,omitempty"`
 	Tensors      int            `json:"tensors"`
 	Shards       []shardReport  `json:"shards,omitempty"`
 	DTypes       map[string]int `json:"dtypes,omitempty"`
-	TotalBytes   int64          `json:"totalBytes"`
-	DenseBytes   int64          `json:"denseBytes"`
-	ExpertBytes  int64          `json:"expertBytes"`
-	SkippedBytes int64          `json:"skippedBytes,omitempty"`
+	TotalBytes   int64          `json:"total_bytes"`
+	DenseBytes   int64          `json:"dense_bytes"`
+	ExpertBytes  int64          `json:"expert_bytes"`
+	SkippedBytes int64          `json:"skipped_bytes,omitempty"`
 	Skipped      []string       `json:"skipped,omitempty"`
 	Experts      *expertReport  `json:"experts,omitempty"`
 	Layers       []layerReport  `json:"layers,omitempty"`
@@ -69,9 +67,9 @@ type inspectReport struct {
 
 type quantReport struct {
 	Bits        int              `json:"bits"`
-	GroupSize   int              `json:"groupSize"`
-	ExpertBits  int              `json:"expertBits,omitempty"`
-	ExpertGroup int              `json:"expertGroupSize,omitempty"`
+	GroupSize   int              `json:"group_size"`
+	ExpertBits  int              `json:"expert_bits,omitempty"`
+	ExpertGroup int              `json:"expert_group_size,omitempty"`
 	Overrides   []overrideReport `json:"overrides,omitempty"`
 }
 
@@ -79,7 +77,7 @@ type overrideReport struct {
 	Module    string `json:"module"`
 	Quantized bool   `json:"quantized"`
 	Bits      int    `json:"bits,omitempty"`
-	GroupSize int    `json:"groupSize,omitempty"`
+	GroupSize int    `json:"group_size,omitempty"`
 }
 
 type shardReport struct {
@@ -91,29 +89,29 @@ type shardReport struct {
 type expertReport struct {
 	Count     int             `json:"count"`
 	Layers    int             `json:"layers"`
-	Payload   int64           `json:"payloadBytes"`
+	Payload   int64           `json:"payload_bytes"`
 	Stride    int64           `json:"stride"`
 	Sections  []qpack.Section `json:"sections"`
-	PerLayer  int64           `json:"bytesPerLayer"`
-	AllLayers int64           `json:"bytesAllLayers"`
+	PerLayer  int64           `json:"bytes_per_layer"`
+	AllLayers int64           `json:"bytes_all_layers"`
 }
 
 type layerReport struct {
 	Layer       int    `json:"layer"`
 	Kind        string `json:"kind"` // "linear_attention" or "full_attention"
-	DenseBytes  int64  `json:"denseBytes"`
-	ExpertBytes int64  `json:"expertBytes"`
+	DenseBytes  int64  `json:"dense_bytes"`
+	ExpertBytes int64  `json:"expert_bytes"`
 }
 
 type qpackReport struct {
 	Version          int    `json:"version"`
-	ModelName        string `json:"modelName"`
-	SourceCheckpoint string `json:"sourceCheckpoint"`
+	ModelName        string `json:"model_name"`
+	SourceCheckpoint string `json:"source_checkpoint"`
 	Files            int    `json:"files"`
-	HasDigests       bool   `json:"hasDigests"`
-	ToolVersion      string `json:"toolVersion,omitempty"`
-	SourceRepo       string `json:"sourceRepo,omitempty"`
-	SourceCommit     string `json:"sourceCommit,omitempty"`
+	HasDigests       bool   `json:"has_digests"`
+	ToolVersion      string `json:"tool_version,omitempty"`
+	SourceRepo       string `json:"source_repo,omitempty"`
+	SourceCommit     string `json:"source_commit,omitempty"`
 }
 
 func inspectPath(path string) (*inspectReport, error) {

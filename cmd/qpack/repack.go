@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,9 +117,7 @@ func repackAction(c *cli.Context) error {
 		return withCode(repackExitCode(err), err)
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(c.App.Writer, res)
 	}
 	printRepackSummary(c.App.Writer, res)
 	return nil

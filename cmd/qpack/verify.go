@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -116,9 +115,7 @@ func verifyInstall(c *cli.Context) error {
 
 	w := c.App.Writer
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSON(w, out); err != nil {
 			return err
 		}
 	} else {
