@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/chattmpl"
 	"github.com/qpack-go/qpack/runtime/expertcache"
 	"github.com/qpack-go/qpack/runtime/runner"
 	"github.com/qpack-go/qpack/runtime/sample"
@@ -26,14 +29,21 @@ func init() {
 		Name:      "generate",
 		Usage:     "generate text, streaming the routed experts from disk through a bounded cache",
 		ArgsUsage: "MODEL --prompt TEXT",
-		Description: "MODEL is a .qpack container or an MLX checkpoint directory. The text is streamed to stdout as it\n" +
+		Description: "MODEL is a .qpack container, an MLX checkpoint directory, or a Hub repository id (org/name) whose\n" +
+			"checkpoint is in the Hugging Face cache (--revision picks the snapshot; nothing is fetched). The prompt is\n" +
+			"wrapped in the model's chat template as a user turn (with --system, --no-think) when the model has one;\n" +
+			"--no-chat-template sends it as raw text. --prompt - reads it from standard input. Sampling follows the\n" +
+			"model's generation_config.json as transformers reads it (greedy unless do_sample is true), and each flag\n" +
+			"given overrides it; the summary and --json say which values were used and where they came from. Ctrl-C\n" +
+			"stops the reply, prints the summary so far and exits 130. The text is streamed to stdout as it\n" +
 			"is produced; a summary (prefill and decode tok/s, peak RSS, expert cache hit rate, bytes read per\n" +
 			"token) follows on stderr, or everything comes as one JSON object with --json. The first generated token\n" +
 			"comes from the prefill's logits: the decode rate is one-token forward passes per second (generated tokens - 1,\n" +
 			"or as many as the generated tokens when an EOS, which is not counted among them, ended the generation).",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "prompt", Usage: "the prompt (required)"},
-			&cli.BoolFlag{Name: "chat", Usage: "wrap the prompt in the model's chat template as a user turn"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "the prompt (required); - reads it from standard input"},
+			&cli.BoolFlag{Name: "no-chat-template", Aliases: []string{"ignore-chat-template"}, Usage: "send the prompt as raw text, not wrapped in the model's chat template"},
+			&cli.BoolFlag{Name: "chat", Usage: "apply the chat template (the default when the model has one; an error when it has none)"},
 		}, runFlags()...),
 		Action: generateAction,
 	})
@@ -43,17 +53,18 @@ func init() {
 // runFlags are the flags generate and chat share.
 func runFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "max-new", Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn); prompt and conversation tokens plus these must fit the model's max_position_embeddings"},
-		&cli.Float64Flag{Name: "temperature", Value: 0, Usage: "sampling temperature; 0 is greedy"},
-		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens (0: off)"},
-		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold (0 or 1: off)"},
-		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability (0: off)"},
-		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen (0 or 1: off)"},
+		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"m", "max-new"}, Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn); prompt and conversation tokens plus these must fit the model's max_position_embeddings"},
+		&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit to run (default main)"},
+		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Usage: "sampling temperature; 0 is greedy (default: generation_config.json's, greedy unless its do_sample is true)"},
+		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens; 0: off (default: generation_config.json's, 50 as in transformers when it samples without one)"},
+		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold; 0 or 1: off (default: generation_config.json's)"},
+		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability; 0: off (default: generation_config.json's)"},
+		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen; 0 or 1: off (default: generation_config.json's)"},
 		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtracted once from the logit of each token already seen"},
 		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling (default: a random one, reported in the summary and --json \"seed\")"},
 		&cli.StringSliceFlag{Name: "stop", Usage: "stop when the text contains this string (repeatable)"},
-		&cli.StringFlag{Name: "system", Usage: "system prompt (chat)"},
-		&cli.BoolFlag{Name: "no-think", Usage: "ask a Qwen3 chat template for no reasoning block (enable_thinking=false)"},
+		&cli.StringFlag{Name: "system", Aliases: []string{"system-prompt"}, Usage: "system prompt, given to the chat template (an error without one)"},
+		&cli.BoolFlag{Name: "no-think", Usage: "ask a Qwen3 chat template for no reasoning block (enable_thinking=false; an error without a template)"},
 		&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 		&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered (page cache) or direct (O_DIRECT / F_NOCACHE where the file system allows)"},
 		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass"},
@@ -66,8 +77,11 @@ func runFlags() []cli.Flag {
 
 // runSettings are the parsed shared flags.
 type runSettings struct {
-	model    string
+	model    string    // the directory loaded
+	ref      *modelRef // MODEL as given and resolved
 	opts     runner.Options
+	sampling *samplingReport
+	template bool // the model has a chat template
 	gen      runner.GenOptions
 	system   string
 	noThink  bool
@@ -96,12 +110,24 @@ func uint64Flag(l *lateFlags, name string) uint64 {
 }
 
 func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
+	normalizeAliases(l)
 	s := &runSettings{system: l.String("system"), noThink: l.Bool("no-think"), json: l.Bool("json"), budget: l.String("expert-cache")}
 	if len(l.Args()) == 0 {
 		return nil, withCode(2, fmt.Errorf("%s: want a MODEL argument", cmd))
 	}
-	s.model = l.Args()[0]
-	if err := runner.CheckModelPath(s.model); err != nil {
+	ref, err := resolveModel(l.Args()[0], l.String("revision"))
+	if err != nil {
+		return nil, err
+	}
+	s.ref, s.model = ref, ref.Path
+	switch _, err := chattmpl.LoadDir(s.model); {
+	case err == nil:
+		s.template = true
+	case !errors.Is(err, chattmpl.ErrNoTemplate):
+		return nil, withCode(2, runner.WrapLoadError(s.model, err))
+	}
+	gcfg, err := sample.LoadGenerationConfig(s.model)
+	if err != nil {
 		return nil, withCode(2, err)
 	}
 	if s.budget != "auto" {
@@ -126,23 +152,13 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	} else {
 		s.opts.Speculate = n
 	}
-	if n := l.Int("max-new"); n < 1 {
-		return nil, withCode(2, fmt.Errorf("--max-new %d: want at least 1", n))
+	if n := l.Int("max-tokens"); n < 1 {
+		return nil, withCode(2, fmt.Errorf("--max-tokens %d: want at least 1", n))
 	} else {
 		s.gen.MaxNew = n
 	}
-	s.gen.Sample = sample.Params{
-		Temperature: float64Flag(l, "temperature"), TopK: l.Int("top-k"), TopP: float64Flag(l, "top-p"),
-		MinP: float64Flag(l, "min-p"), RepetitionPenalty: float64Flag(l, "repetition-penalty"),
-		PresencePenalty: float64Flag(l, "presence-penalty"), Seed: uint64Flag(l, "seed"),
-	}
-	if err := s.gen.Sample.Validate(); err != nil {
-		return nil, withCode(2, err)
-	}
-	if !l.isSet("seed") && s.gen.Sample.Temperature > 0 {
-		// Without --seed every sampled run would repeat the same tokens:
-		// draw one, and report it so that the run can be reproduced.
-		s.gen.Sample.Seed = randomSeed()
+	if s.gen.Sample, s.sampling, err = resolveSampling(l, gcfg); err != nil {
+		return nil, err
 	}
 	s.gen.Stop = l.StringSlice("stop")
 	be, err := selectBackend(l.String("backend"))
@@ -161,8 +177,29 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	return s, nil
 }
 
-// isSet reports whether the flag was given, before or after MODEL.
+// isSet reports whether the flag was given, before or after MODEL, under
+// any of its names.
 func (l *lateFlags) isSet(name string) bool { return l.seen[name] || l.c.IsSet(name) }
+
+// normalizeAliases makes a flag given after MODEL under an alias
+// (--max-new, -m, --temp, -p) read as its main name: the late flag set
+// holds each name of a flag separately.
+func normalizeAliases(l *lateFlags) {
+	for _, f := range l.c.Command.Flags {
+		names := f.Names()
+		if _, ok := f.(*cli.StringSliceFlag); ok || len(names) < 2 {
+			continue
+		}
+		for _, n := range names[1:] {
+			if !l.seen[n] {
+				continue
+			}
+			if v := l.set.Lookup(n); v != nil && l.set.Set(names[0], v.Value.String()) == nil {
+				l.seen[names[0]] = true
+			}
+		}
+	}
+}
 
 // randomSeed draws a sampling seed below 2^53, so that it survives a trip
 // through JSON numbers read as doubles.
@@ -257,6 +294,63 @@ func openRunner(s *runSettings) (*runner.Runner, error) {
 	return r, nil
 }
 
+// maxStdinPrompt bounds a prompt read from standard input (--prompt -).
+const maxStdinPrompt = 16 << 20
+
+// readPrompt returns --prompt, or standard input for "-" (bounded, UTF-8,
+// taken as it is: a trailing newline stays, as in mlx_lm).
+func readPrompt(l *lateFlags, stdin io.Reader) (string, error) {
+	prompt := l.String("prompt")
+	if prompt == "" {
+		return "", withCode(2, errors.New("generate: --prompt is required (- reads it from standard input)"))
+	}
+	if prompt != "-" {
+		return prompt, nil
+	}
+	if stdin == nil {
+		stdin = os.Stdin
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+	switch {
+	case err != nil:
+		return "", withCode(2, fmt.Errorf("--prompt -: reading standard input: %w", err))
+	case len(data) > maxStdinPrompt:
+		return "", withCode(2, fmt.Errorf("--prompt -: standard input holds more than %s, the most a prompt may have", expertcache.FormatSize(maxStdinPrompt)))
+	case len(data) == 0:
+		return "", withCode(2, errors.New("--prompt -: standard input is empty"))
+	case !utf8.Valid(data):
+		return "", withCode(2, errors.New("--prompt -: standard input is not UTF-8 text"))
+	}
+	return string(data), nil
+}
+
+// useTemplate decides whether generate wraps the prompt in the chat
+// template: by default when the model has one. --system and --no-think
+// only mean something to a template: without one to apply they are
+// refused, not ignored.
+func useTemplate(l *lateFlags, s *runSettings) (bool, error) {
+	raw := l.Bool("no-chat-template")
+	switch {
+	case raw && l.Bool("chat"):
+		return false, withCode(2, errors.New("generate: --chat and --no-chat-template contradict each other"))
+	case !raw && !s.template && l.Bool("chat"):
+		return false, withCode(2, fmt.Errorf("generate: --chat: %s has no chat template (tokenizer_config.json, chat_template.jinja or chat_template.json)", s.model))
+	}
+	if !raw && s.template {
+		return true, nil
+	}
+	why := "--no-chat-template sends the prompt as raw text"
+	if !raw {
+		why = fmt.Sprintf("%s has no chat template, so the prompt goes to it as raw text", s.model)
+	}
+	for _, f := range []string{"system", "no-think"} {
+		if l.isSet(f) {
+			return false, withCode(2, fmt.Errorf("generate: --%s needs a chat template to apply, and %s", f, why))
+		}
+	}
+	return false, nil
+}
+
 func generateAction(c *cli.Context) error {
 	l, err := parseLateFlags(c)
 	if err != nil {
@@ -270,9 +364,13 @@ func generateAction(c *cli.Context) error {
 	if len(l.Args()) > 1 {
 		return withCode(2, fmt.Errorf("generate: want one MODEL argument, also got %q (quote the prompt and pass it with --prompt)", l.Args()[1:]))
 	}
-	prompt := l.String("prompt")
-	if prompt == "" {
-		return withCode(2, errors.New("generate: --prompt is required"))
+	chat, err := useTemplate(l, s)
+	if err != nil {
+		return err
+	}
+	prompt, err := readPrompt(l, c.App.Reader)
+	if err != nil {
+		return err
 	}
 	r, err := openRunner(s)
 	if err != nil {
@@ -283,24 +381,47 @@ func generateAction(c *cli.Context) error {
 	s.streamTo(out)
 	sess := r.NewSession()
 	var res *runner.Result
-	if l.Bool("chat") {
+	var ids []int
+	if chat {
 		res, err = sess.Chat(c.Context, prompt, runner.ChatOptions{GenOptions: s.gen, System: s.system, EnableThinking: s.thinking()})
+		if res != nil && len(sess.Tokens()) >= res.PromptTokens {
+			ids = sess.Tokens()[:res.PromptTokens] // a fresh session: the prompt comes first
+		}
 	} else {
-		res, err = sess.Generate(c.Context, r.Tokenizer.Encode(prompt), s.gen)
+		ids = r.Tokenizer.Encode(prompt)
+		res, err = sess.Generate(c.Context, ids, s.gen)
 	}
-	if err != nil {
+	if err != nil && res == nil {
 		return runError(s.model, err)
 	}
 	rep := newRunReport(r, res, s.gen.Sample)
+	rep.Sampling, rep.PromptIDs, rep.ChatTemplate = s.sampling, ids, chat
 	if s.json {
-		return writeJSON(out, struct {
-			Model string `json:"model"`
+		if jerr := writeJSON(out, struct {
+			Model     string `json:"model"`
+			ModelPath string `json:"model_path"`
 			*runReport
-		}{s.model, rep})
+		}{s.ref.Arg, s.model, rep}); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Fprintln(out)
+		rep.print(errw)
 	}
-	fmt.Fprintln(out)
-	rep.print(errw)
-	return nil
+	return interrupted(err)
+}
+
+// interrupted turns the error of a generation stopped by Ctrl-C (whose
+// partial summary has been printed) into exit code 130 with one line
+// instead of the context's "context canceled".
+func interrupted(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return withCode(130, errors.New("interrupted"))
+	}
+	return err
 }
 
 // runError gives a generation refused for the model's context limit exit
@@ -363,7 +484,13 @@ type runReport struct {
 	Temperature     float64 `json:"temperature"`
 	// Seed is the sampling seed (--seed, or the one drawn at random when
 	// sampling without it): --seed Seed repeats the run.
-	Seed              uint64      `json:"seed"`
+	Seed uint64 `json:"seed"`
+	// Sampling is every sampling parameter used and where it came from.
+	Sampling *samplingReport `json:"sampling,omitempty"`
+	// ChatTemplate says whether the prompt was wrapped in the model's
+	// chat template; PromptIDs are the tokens prefilled.
+	ChatTemplate      bool        `json:"chat_template"`
+	PromptIDs         []int       `json:"prompt_token_ids,omitempty"`
 	PrefillSeconds    float64     `json:"prefill_seconds"`
 	PrefillTokPerSec  float64     `json:"prefill_tok_per_sec"`
 	DecodeSeconds     float64     `json:"decode_seconds"`
@@ -409,8 +536,10 @@ func ioName(r *runner.Runner) string {
 func (p *runReport) print(w io.Writer) {
 	gib := func(n int64) string { return expertcache.FormatSize(n) }
 	fmt.Fprintf(w, "prefill: %d tokens in %.2fs (%.1f tok/s) | decode: %d tokens (%d forward passes) in %.2fs (%.2f tok/s), stopped by %s\n",
-		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeForward, p.DecodeSeconds, p.DecodeTokPerSec, p.StopReason)
-	if p.Temperature > 0 {
+		p.PromptTokens, p.PrefillSeconds, p.PrefillTokPerSec, p.GeneratedTokens, p.DecodeForward, p.DecodeSeconds, p.DecodeTokPerSec, stopText(p.StopReason))
+	if p.Sampling != nil {
+		p.Sampling.print(w)
+	} else if p.Temperature > 0 {
 		fmt.Fprintf(w, "sampling: temperature %g, seed %d (--seed %d repeats this run)\n", p.Temperature, p.Seed, p.Seed)
 	}
 	fmt.Fprintf(w, "memory: peak RSS %s (dense weights %s, expert cache budget %s)\n", gib(p.PeakRSSBytes), gib(p.DenseBytes), gib(p.ExpertCacheBytes))

@@ -24,7 +24,8 @@ func init() {
 		Name:      "logits",
 		Usage:     "teacher-forced logits of a token sequence (reference forward pass)",
 		ArgsUsage: "MODEL",
-		Description: "MODEL is a .qpack container or an MLX checkpoint directory. Runs the tokens through the\n" +
+		Description: "MODEL is a .qpack container, an MLX checkpoint directory, or a Hub repository id (org/name) whose\n" +
+			"checkpoint is in the Hugging Face cache (--revision picks the snapshot). Runs the tokens through the\n" +
 			"model in one pass and reports, for each position, the greedy next token and its logit.\n" +
 			"--output writes float32 logits [T, vocab] (tensor \"logits\"), \"greedy\" and \"input_ids\"\n" +
 			"(I64 [T]) and, with --dump-layers, each layer's output hidden state \"hidden.L\" [T, hidden].",
@@ -33,6 +34,7 @@ func init() {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file"},
 			&cli.BoolFlag{Name: "dump-layers", Usage: "also write every layer's output hidden state (needs --output)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object instead of a table"},
+			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit (default main)"},
 			backendFlag(),
 		},
 		Action: logitsAction,
@@ -74,13 +76,13 @@ type logitsResult struct {
 // logitsFlags are the command's flag values; flags may also follow MODEL
 // (urfave/cli stops at the first argument), so the tail is parsed again.
 type logitsFlags struct {
-	tokens, output, backend string
-	dump, json              bool
+	tokens, output, backend, revision string
+	dump, json                        bool
 }
 
 func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 	f := logitsFlags{tokens: c.String("tokens"), output: c.String("output"), backend: c.String("backend"),
-		dump: c.Bool("dump-layers"), json: c.Bool("json")}
+		revision: c.String("revision"), dump: c.Bool("dump-layers"), json: c.Bool("json")}
 	args := c.Args().Slice()
 	if len(args) == 0 {
 		return "", f, errors.New("logits: want a MODEL argument")
@@ -94,6 +96,7 @@ func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 		fs.BoolVar(&f.dump, "dump-layers", f.dump, "")
 		fs.BoolVar(&f.json, "json", f.json, "")
 		fs.StringVar(&f.backend, "backend", f.backend, "")
+		fs.StringVar(&f.revision, "revision", f.revision, "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", f, fmt.Errorf("logits: %w", err)
 		}
@@ -111,10 +114,15 @@ func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 }
 
 func logitsAction(c *cli.Context) error {
-	dir, flags, err := parseLogitsArgs(c)
+	arg, flags, err := parseLogitsArgs(c)
 	if err != nil {
 		return withCode(2, err)
 	}
+	ref, err := resolveModel(arg, flags.revision)
+	if err != nil {
+		return err
+	}
+	dir := ref.Path
 	tokens, err := parseTokens(flags.tokens)
 	if err != nil {
 		return withCode(2, err)
@@ -125,9 +133,6 @@ func logitsAction(c *cli.Context) error {
 		return withCode(2, err)
 	}
 	defer closeBackend(be)
-	if err := runner.CheckModelPath(dir); err != nil {
-		return withCode(2, err)
-	}
 	// The ids are checked against the vocabulary before the weights load.
 	cfg, err := runtime.LoadConfig(dir)
 	if err != nil {

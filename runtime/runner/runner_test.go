@@ -642,3 +642,75 @@ func TestEOSFromTextConfig(t *testing.T) {
 		t.Fatalf("EOS ids %v, want [356] from text_config", r.EOS)
 	}
 }
+
+// A cancelled context stops decode between tokens: the Result so far
+// comes with an error wrapping context.Canceled, the tokens are those an
+// uninterrupted run starts with, and the interrupted reply stays in the
+// conversation, whose next turn continues from it as a fresh prefill of the
+// same tokens would. Cancelled during the prefill: no tokens, an empty
+// state, no turn recorded.
+func TestInterrupt(t *testing.T) {
+	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
+	r := open(t, f.pack, Options{ExpertCache: 1 << 30, PrefillChunk: 4})
+	full := generate(t, r.NewSession(), prompt, GenOptions{MaxNew: 10})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	s := r.NewSession()
+	res, err := s.Generate(ctx, prompt, GenOptions{MaxNew: 10, OnToken: func(int, []float32) {
+		if n++; n == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) || res == nil || res.StopReason != StopInterrupted {
+		t.Fatalf("decode interrupted: %+v, %v", res, err)
+	}
+	if !slices.Equal(res.Tokens, full.tokens[:3]) || res.DecodeTokens != 2 || res.PromptTokens != len(prompt) {
+		t.Fatalf("interrupted run: tokens %v (%d passes), the full run starts %v", res.Tokens, res.DecodeTokens, full.tokens[:3])
+	}
+	if !strings.Contains(err.Error(), "decode interrupted after 3 tokens") {
+		t.Errorf("error %q does not say where it stopped", err)
+	}
+
+	// During the prefill (chunks of 4): nothing generated, the state empty.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	s2 := r.NewSession()
+	res, err = s2.Generate(ctx2, prompt, GenOptions{MaxNew: 10})
+	if !errors.Is(err, context.Canceled) || res == nil || res.StopReason != StopInterrupted || len(res.Tokens) != 0 || len(s2.Tokens()) != 0 {
+		t.Fatalf("prefill interrupted: %+v, %v, %d tokens in the state", res, err, len(s2.Tokens()))
+	}
+
+	// Chat: the interrupted reply stays, and the next turn follows it.
+	no := false
+	c := r.NewSession()
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	n = 0
+	res, err = c.Chat(ctx3, "hello there", ChatOptions{GenOptions: GenOptions{MaxNew: 10, OnToken: func(int, []float32) {
+		if n++; n == 2 {
+			cancel3()
+		}
+	}}, EnableThinking: &no})
+	if !errors.Is(err, context.Canceled) || res == nil || len(res.Tokens) != 2 {
+		t.Fatalf("chat interrupted: %+v, %v", res, err)
+	}
+	if m := c.Messages(); len(m) != 2 || m[1].Role != "assistant" || m[1].Content != res.Text {
+		t.Fatalf("messages after the interrupted turn: %+v", m)
+	}
+	res2, err := c.Chat(context.Background(), "go on", ChatOptions{GenOptions: GenOptions{MaxNew: 4}, EnableThinking: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := c.Tokens()
+	wantDelta := "<|im_end|>\n<|im_start|>user\ngo on<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+	start := len(state) - res2.DecodeTokens - res2.PromptTokens
+	if got := r.Tokenizer.Decode(state[start+1:start+res2.PromptTokens], false); got != wantDelta || state[start] != res.Tokens[1] {
+		t.Fatalf("turn after the interrupted one prefilled %q (after token %d), want the pending token %d then %q", got, state[start], res.Tokens[1], wantDelta)
+	}
+	fresh := generate(t, r.NewSession(), state[:start+res2.PromptTokens], GenOptions{MaxNew: 4})
+	if !slices.Equal(fresh.tokens, res2.Tokens) {
+		t.Fatalf("fresh prefill of the same tokens gives %v, the continued conversation %v", fresh.tokens, res2.Tokens)
+	}
+}

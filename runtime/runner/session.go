@@ -42,8 +42,15 @@ func (s *Session) Messages() []chattmpl.Message { return slices.Clone(s.msgs) }
 
 // Reset empties the session.
 func (s *Session) Reset() {
+	s.resetState()
+	s.msgs = nil
+}
+
+// resetState empties the decode state, keeping the conversation's
+// messages (the next Chat turn prefills them all again).
+func (s *Session) resetState() {
 	s.st.Reset()
-	s.fed, s.pending, s.pendEOS, s.msgs = s.fed[:0], -1, false, nil
+	s.fed, s.pending, s.pendEOS = s.fed[:0], -1, false
 }
 
 // GenOptions control one generation.
@@ -62,12 +69,17 @@ type GenOptions struct {
 // DefaultMaxNew is the token limit when GenOptions.MaxNew is 0.
 const DefaultMaxNew = 64
 
+// StopInterrupted is Result.StopReason when the context was cancelled:
+// Generate and Chat then return the Result so far together with an error
+// wrapping the context's error.
+const StopInterrupted = "interrupted"
+
 // Result describes one generation.
 type Result struct {
 	Text         string // the text produced (stop string excluded)
 	Tokens       []int  // the sampled tokens (an EOS that ended it excluded)
 	PromptTokens int    // tokens prefilled by this call
-	StopReason   string // "eos", "stop" (a stop string) or "length"
+	StopReason   string // "eos", "stop" (a stop string), "length" or StopInterrupted
 
 	Prefill       time.Duration
 	Decode        time.Duration
@@ -154,7 +166,11 @@ func (s *Session) checkContext(held, prompt, maxNew int) error {
 // Generate continues the sequence with prompt (after the token sampled
 // last, if any) and samples a reply. It refuses (ErrContextLimit), before
 // running anything, a generation that could exceed the model's
-// max_position_embeddings.
+// max_position_embeddings. When ctx is cancelled it stops between forward
+// passes and returns the Result so far (StopReason StopInterrupted) with
+// an error wrapping ctx.Err(); an interruption during the prefill empties
+// the decode state, one during decode keeps the tokens generated so far in
+// it.
 func (s *Session) Generate(ctx context.Context, prompt []int, g GenOptions) (*Result, error) {
 	held := len(s.fed)
 	if s.pending >= 0 {
@@ -194,6 +210,14 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	res.Prefill, res.PrefillChunks = time.Since(t0), chunks
 	res.PrefillCache = cache.Stats()
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			// Part of the prompt is in the state: drop it all.
+			s.resetState()
+			res.StopReason = StopInterrupted
+			res.Tokens = []int{}
+			res.PeakRSS = PeakRSS()
+			return res, fmt.Errorf("prefill interrupted after %d of %d tokens: %w", min(chunks*s.r.chunk, len(prompt)), len(prompt), err)
+		}
 		return nil, err
 	}
 
@@ -210,6 +234,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 		return nil
 	}
 	t1 := time.Now()
+	var interrupted error
 	for {
 		tok, err := sm.Sample(logits)
 		if err != nil {
@@ -241,7 +266,9 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 		}
 		if err := ctx.Err(); err != nil {
 			s.pending = tok
-			return nil, err
+			res.StopReason = StopInterrupted
+			interrupted = fmt.Errorf("decode interrupted after %d tokens: %w", len(res.Tokens), err)
+			break
 		}
 		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec})
 		if err != nil {
@@ -264,7 +291,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	res.DecodeCache = cache.Stats()
 	res.Text = text.String()
 	res.PeakRSS = PeakRSS()
-	return res, nil
+	return res, interrupted
 }
 
 // ChatOptions control one conversation turn.
@@ -323,6 +350,9 @@ func (s *Session) ChatPrompt(user string, c ChatOptions) (tokens []int, continue
 // Chat adds a user turn to the conversation and generates the reply. It
 // refuses (ErrContextLimit), leaving the session as it was, a turn that
 // could take the conversation past the model's max_position_embeddings.
+// Cancelled, it returns the Result so far with the error (see Generate): a
+// reply interrupted during decode stays in the conversation as far as it
+// got, so the next turn follows it.
 func (s *Session) Chat(ctx context.Context, user string, c ChatOptions) (*Result, error) {
 	ids, continues := s.ChatPrompt(user, c)
 	held := 0
@@ -343,7 +373,18 @@ func (s *Session) Chat(ctx context.Context, user string, c ChatOptions) (*Result
 	s.pending, s.pendEOS = -1, false
 	res, err := s.generate(ctx, ids, c.GenOptions)
 	if err != nil {
-		return nil, fmt.Errorf("chat turn %d: %w", countUser(s.msgs)+1, err)
+		err = fmt.Errorf("chat turn %d: %w", countUser(s.msgs)+1, err)
+		if res == nil {
+			return nil, err
+		}
+		// Interrupted: a reply cut short during decode stays in the
+		// conversation as far as it got; one cut during the prefill left
+		// an empty state and no turn.
+		if len(s.fed) > 0 || s.pending >= 0 {
+			s.msgs = append(s.msgs, chattmpl.Message{Role: "user", Content: user},
+				chattmpl.Message{Role: "assistant", Content: res.Text})
+		}
+		return res, err
 	}
 	s.msgs = append(s.msgs, chattmpl.Message{Role: "user", Content: user},
 		chattmpl.Message{Role: "assistant", Content: res.Text})

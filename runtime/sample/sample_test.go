@@ -403,6 +403,62 @@ func TestParamsFromGenerationConfig(t *testing.T) {
 	}
 }
 
+// The transformers semantics of generation_config.json: do_sample false or
+// absent is greedy whatever the other fields say (the repetition penalty
+// still applies); do_sample true samples with the file's values and
+// transformers' defaults (temperature 1, top_k 50, top_p 1) for the rest;
+// null is absent.
+func TestGenerationConfigSemantics(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		want Params
+	}{
+		{`{}`, Params{Seed: 3}},
+		{`{"do_sample": false, "temperature": 0.7, "top_k": 5, "top_p": 0.5}`, Params{Seed: 3}},
+		{`{"temperature": 0.7, "repetition_penalty": 1.1}`, Params{RepetitionPenalty: 1.1, Seed: 3}},
+		{`{"do_sample": true}`, Params{Temperature: 1, TopK: 50, TopP: 1, Seed: 3}},
+		{`{"do_sample": true, "temperature": null, "top_k": null}`, Params{Temperature: 1, TopK: 50, TopP: 1, Seed: 3}},
+		{`{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": 0.05}`, Params{Temperature: 0.6, TopK: 20, TopP: 0.95, MinP: 0.05, Seed: 3}},
+		{`{"do_sample": true, "top_k": 0, "top_p": 0.8, "repetition_penalty": 1.05}`, Params{Temperature: 1, TopP: 0.8, RepetitionPenalty: 1.05, Seed: 3}},
+		{`{"do_sample": true, "top_k": 20.0}`, Params{Temperature: 1, TopK: 20, TopP: 1, Seed: 3}},
+	} {
+		g, err := ParseGenerationConfig("generation_config.json", []byte(c.file))
+		if err != nil {
+			t.Errorf("%s: %v", c.file, err)
+			continue
+		}
+		if got := g.Params(Params{Seed: 3, TopK: 9, Temperature: 2}); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.file, got, c.want)
+		}
+	}
+	var none *GenerationConfig
+	if got := none.Params(Params{Temperature: 1, Seed: 4}); got != (Params{Seed: 4}) || none.Sampling() {
+		t.Errorf("no file: %+v, want greedy", got)
+	}
+	for _, c := range []struct{ file, field string }{
+		{`{"do_sample": true, "top_k": -1}`, "top_k"},
+		{`{"top_k": 2.5}`, "top_k"},
+		{`{"temperature": -1}`, "temperature"},
+		{`{"top_p": 1.5}`, "top_p"},
+		{`{"min_p": -0.1}`, "min_p"},
+		{`{"repetition_penalty": -2}`, "repetition_penalty"},
+		{`{"do_sample": "yes"}`, "do_sample"},
+	} {
+		_, err := ParseGenerationConfig("dir/generation_config.json", []byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), "dir/generation_config.json") || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v, want an error naming the file and %s", c.file, err, c.field)
+		}
+	}
+	dir := t.TempDir()
+	if g, err := LoadGenerationConfig(dir); g != nil || err != nil {
+		t.Errorf("no file: %v %v", g, err)
+	}
+	os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"do_sample": true, "top_p": 0.9}`), 0o644)
+	if g, err := LoadGenerationConfig(dir); err != nil || !g.Sampling() || *g.TopP != 0.9 || g.Temperature != nil {
+		t.Errorf("file: %+v %v", g, err)
+	}
+}
+
 // kthLargest against a full sort on random data.
 func TestKthLargest(t *testing.T) {
 	rng := newTestRand()

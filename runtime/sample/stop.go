@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -222,26 +223,111 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParamsFromGenerationConfig reads the sampling defaults of a
-// generation_config.json (do_sample, temperature, top_k, top_p, min_p,
-// repetition_penalty) over base. As in transformers, sampling happens only
-// with do_sample true; otherwise the result is greedy (temperature 0).
-func ParamsFromGenerationConfig(name string, data []byte, base Params) (Params, error) {
+// GenerationConfig is the sampling part of a generation_config.json. A
+// field is nil when the file does not have it or has it as null; then
+// transformers' default applies (TransformersDefaults).
+type GenerationConfig struct {
+	Name              string // the file, for errors and reports
+	DoSample          *bool
+	Temperature       *float64
+	TopK              *int
+	TopP              *float64
+	MinP              *float64
+	RepetitionPenalty *float64
+}
+
+// TransformersDefaults are the values transformers' GenerationConfig uses
+// for the sampling fields a generation_config.json leaves out: do_sample
+// false (greedy), temperature 1, top_k 50, top_p 1, no min_p, repetition
+// penalty 1. As Params (with Temperature 1: these apply when sampling).
+var TransformersDefaults = Params{Temperature: 1, TopK: 50, TopP: 1, RepetitionPenalty: 1}
+
+// maxTopK bounds top_k as read from a file (a vocabulary is far smaller).
+const maxTopK = 1 << 24
+
+// ParseGenerationConfig reads the sampling fields of a
+// generation_config.json; name is used in errors. Values out of range are
+// refused with an error naming the file and the field.
+func ParseGenerationConfig(name string, data []byte) (*GenerationConfig, error) {
 	if len(data) > maxConfigSize {
-		return base, fmt.Errorf("sample: %s: more than %d bytes", name, maxConfigSize)
+		return nil, fmt.Errorf("sample: %s: more than %d bytes", name, maxConfigSize)
 	}
-	var g struct {
+	var raw struct {
 		DoSample          *bool    `json:"do_sample"`
 		Temperature       *float64 `json:"temperature"`
-		TopK              *int     `json:"top_k"`
+		TopK              *float64 `json:"top_k"`
 		TopP              *float64 `json:"top_p"`
 		MinP              *float64 `json:"min_p"`
 		RepetitionPenalty *float64 `json:"repetition_penalty"`
 	}
-	if err := json.Unmarshal(data, &g); err != nil {
-		return base, fmt.Errorf("sample: %s: %w", name, err)
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("sample: %s: %w", name, err)
 	}
+	g := &GenerationConfig{Name: name, DoSample: raw.DoSample, Temperature: raw.Temperature, TopP: raw.TopP,
+		MinP: raw.MinP, RepetitionPenalty: raw.RepetitionPenalty}
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("sample: %s: %s %v: want %s", name, field, v, want)
+	}
+	if v := raw.TopK; v != nil {
+		if *v != math.Trunc(*v) || *v < 0 || *v > maxTopK {
+			return nil, bad("top_k", *v, fmt.Sprintf("an integer from 0 to %d", maxTopK))
+		}
+		k := int(*v)
+		g.TopK = &k
+	}
+	if v := g.Temperature; v != nil && (math.IsNaN(*v) || *v < 0 || math.IsInf(*v, 0)) {
+		return nil, bad("temperature", *v, "a finite number >= 0")
+	}
+	if v := g.TopP; v != nil && !(*v >= 0 && *v <= 1) {
+		return nil, bad("top_p", *v, "a number from 0 to 1")
+	}
+	if v := g.MinP; v != nil && !(*v >= 0 && *v <= 1) {
+		return nil, bad("min_p", *v, "a number from 0 to 1")
+	}
+	if v := g.RepetitionPenalty; v != nil && (math.IsNaN(*v) || *v < 0 || math.IsInf(*v, 0)) {
+		return nil, bad("repetition_penalty", *v, "a finite number > 0")
+	}
+	return g, nil
+}
+
+// LoadGenerationConfig reads dir/generation_config.json; a directory
+// without one gives nil and no error.
+func LoadGenerationConfig(dir string) (*GenerationConfig, error) {
+	p := filepath.Join(dir, "generation_config.json")
+	data, err := readBounded(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ParseGenerationConfig(p, data)
+}
+
+// Sampling reports whether the file asks for sampling (do_sample true);
+// otherwise transformers decodes greedily.
+func (g *GenerationConfig) Sampling() bool { return g != nil && g.DoSample != nil && *g.DoSample }
+
+// Params gives the parameters transformers would use for this file, over
+// base (which keeps its Seed and PresencePenalty): with do_sample true, the
+// file's temperature, top_k, top_p and min_p, each absent one at
+// transformers' default (TransformersDefaults); otherwise greedy
+// (temperature 0, no filters). The repetition penalty applies in both
+// modes, as in transformers. A nil g is a model without the file: greedy.
+func (g *GenerationConfig) Params(base Params) Params {
 	p := base
+	p.Temperature, p.TopK, p.TopP, p.MinP = 0, 0, 0, 0
+	if g == nil {
+		return p
+	}
+	if g.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *g.RepetitionPenalty
+	}
+	if !g.Sampling() {
+		return p
+	}
+	d := TransformersDefaults
+	p.Temperature, p.TopK, p.TopP = d.Temperature, d.TopK, d.TopP
 	if g.Temperature != nil {
 		p.Temperature = *g.Temperature
 	}
@@ -254,12 +340,17 @@ func ParamsFromGenerationConfig(name string, data []byte, base Params) (Params, 
 	if g.MinP != nil {
 		p.MinP = *g.MinP
 	}
-	if g.RepetitionPenalty != nil {
-		p.RepetitionPenalty = *g.RepetitionPenalty
+	return p
+}
+
+// ParamsFromGenerationConfig is ParseGenerationConfig followed by Params:
+// the sampling transformers would do with this generation_config.json.
+func ParamsFromGenerationConfig(name string, data []byte, base Params) (Params, error) {
+	g, err := ParseGenerationConfig(name, data)
+	if err != nil {
+		return base, err
 	}
-	if g.DoSample == nil || !*g.DoSample {
-		p.Temperature = 0
-	}
+	p := g.Params(base)
 	if err := p.Validate(); err != nil {
 		return base, fmt.Errorf("%s: %w", name, err)
 	}
