@@ -105,11 +105,11 @@ func decodeBody(body []byte, v any) *APIError {
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &te):
-			field := te.Field
+			field := fieldPath(te.Field)
 			if field == "" {
-				return badRequest("", "the request body must be a JSON object, not %s", te.Value)
+				return badRequest("", "the request body must be a JSON object, not %s", article(te.Value))
 			}
-			return badRequest(field, "%s must not be %s (want %s)", field, te.Value, jsonKind(te.Type.Kind().String()))
+			return badRequest(field, "%s must be %s, not %s", field, jsonKind(te.Type.Kind().String()), article(te.Value))
 		case errors.As(err, &se):
 			return badRequest("", "the request body is not valid JSON: %v (at byte %d)", se, se.Offset)
 		case errors.Is(err, io.EOF):
@@ -123,6 +123,39 @@ func decodeBody(body []byte, v any) *APIError {
 		return badRequest("", "the request body has data after the JSON object")
 	}
 	return nil
+}
+
+// fieldPath turns encoding/json's field path ("common.stop",
+// "messages.2.role") into the request's spelling ("stop", "messages[2].role").
+func fieldPath(f string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(f, ".") {
+		switch {
+		case part == "common":
+			continue
+		case part != "" && strings.Trim(part, "0123456789") == "":
+			b.WriteString("[" + part + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(part)
+		}
+	}
+	return b.String()
+}
+
+func article(v string) string {
+	switch v {
+	case "array", "object", "bool":
+		if v == "bool" {
+			return "a boolean"
+		}
+		return "an " + v
+	case "string", "number":
+		return "a " + v
+	}
+	return v
 }
 
 func jsonKind(goKind string) string {
