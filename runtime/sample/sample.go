@@ -6,7 +6,8 @@
 // The filters follow the Hugging Face transformers logits processors, in
 // their order: repetition penalty (a seen token's logit l becomes l/p when
 // l > 0, else l*p), then presence penalty (a seen token's logit minus the
-// penalty, once per distinct token), then temperature, top-k (keep every
+// penalty, once per distinct token), frequency penalty (minus the penalty
+// times the token's count, as OpenAI's API defines it), then temperature, top-k (keep every
 // token whose logit is at least the k-th largest), top-p (drop the
 // least likely tokens whose cumulative probability is at most 1-top_p, never
 // the most likely one), min-p (drop tokens whose probability is below min_p
@@ -30,6 +31,7 @@ type Params struct {
 	MinP              float64 // 0: off
 	RepetitionPenalty float64 // 0 or 1: off
 	PresencePenalty   float64 // 0: off
+	FrequencyPenalty  float64 // 0: off
 	Seed              uint64
 }
 
@@ -48,6 +50,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("sample: repetition_penalty %v must be finite and > 0 (0 means off)", p.RepetitionPenalty)
 	case math.IsNaN(p.PresencePenalty) || math.IsInf(p.PresencePenalty, 0):
 		return fmt.Errorf("sample: presence_penalty %v must be finite", p.PresencePenalty)
+	case math.IsNaN(p.FrequencyPenalty) || math.IsInf(p.FrequencyPenalty, 0):
+		return fmt.Errorf("sample: frequency_penalty %v must be finite", p.FrequencyPenalty)
 	}
 	return nil
 }
@@ -58,6 +62,7 @@ type Sampler struct {
 	p    Params
 	rng  *rand.Rand
 	seen map[int]struct{}
+	freq map[int]int // counts of seen tokens (only with FrequencyPenalty)
 
 	scores []float64
 	cands  []int
@@ -72,6 +77,7 @@ func New(p Params) (*Sampler, error) {
 		p:    p,
 		rng:  rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15)),
 		seen: map[int]struct{}{},
+		freq: map[int]int{},
 	}, nil
 }
 
@@ -83,10 +89,11 @@ func (s *Sampler) Observe(ids ...int) {
 	for _, id := range ids {
 		s.seen[id] = struct{}{}
 	}
+	s.count(ids...)
 }
 
 // Reset forgets the seen tokens; the random stream continues.
-func (s *Sampler) Reset() { clear(s.seen) }
+func (s *Sampler) Reset() { clear(s.seen); clear(s.freq) }
 
 // ErrNoCandidate is returned when no logit is a finite number (after
 // penalties and temperature), so no token can be chosen.
@@ -100,6 +107,7 @@ func (s *Sampler) Sample(logits []float32) (int, error) {
 		return -1, err
 	}
 	s.seen[id] = struct{}{}
+	s.count(id)
 	return id, nil
 }
 
@@ -198,6 +206,7 @@ func (s *Sampler) penalised(logits []float32) []float64 {
 	rp := s.p.RepetitionPenalty
 	pp := s.p.PresencePenalty
 	if (rp == 0 || rp == 1) && pp == 0 {
+		s.frequencyPenalty(sc)
 		return sc
 	}
 	for id := range s.seen {
@@ -215,6 +224,7 @@ func (s *Sampler) penalised(logits []float32) []float64 {
 		v -= pp
 		sc[id] = v
 	}
+	s.frequencyPenalty(sc)
 	return sc
 }
 
