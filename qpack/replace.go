@@ -6,7 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -23,6 +25,11 @@ import (
 // container from a directory that merely has its name. It is a working file
 // (a dot name): Finish removes it with the others.
 const PartialMarker = ".qpack-partial"
+
+// RecordNames are the files other qpack commands write into a finished
+// container (verify-install's receipt): they belong to it, and go with it
+// when it is replaced.
+var RecordNames = []string{"verified-install.json"}
 
 // maxReplaceScan bounds the entries CheckContainerDir walks.
 const maxReplaceScan = MaxFiles + 1024
@@ -197,13 +204,32 @@ func unlisted(dir string, m *Manifest) ([]string, error) {
 		case rel == ManifestName && d.Type().IsRegular():
 			return nil
 		}
-		if _, ok := m.Files[rel]; !ok || !d.Type().IsRegular() {
+		if !d.Type().IsRegular() || !ownFile(m, rel) {
 			out = append(out, rel)
 		}
 		return nil
 	})
 	sort.Strings(out)
 	return out, err
+}
+
+// ownFile reports whether rel is a file qpack put in the container m: one
+// it lists, a record (RecordNames), or a temporary file WriteFileAtomic
+// left (".<name>.tmp-<digits>") of either or of the manifest.
+func ownFile(m *Manifest, rel string) bool {
+	own := func(p string) bool {
+		_, listed := m.Files[p]
+		return listed || p == ManifestName || slices.Contains(RecordNames, p)
+	}
+	if own(rel) {
+		return true
+	}
+	dir, base := path.Split(rel)
+	name, suffix, ok := strings.Cut(strings.TrimPrefix(base, "."), ".tmp-")
+	if !ok || !strings.HasPrefix(base, ".") || suffix == "" || strings.Trim(suffix, "0123456789") != "" {
+		return false
+	}
+	return own(dir + name)
 }
 
 // readSmallRegular reads path, which must be a regular file (checked

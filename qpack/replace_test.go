@@ -149,6 +149,21 @@ func TestReplaceContainer(t *testing.T) {
 	if _, err := Open(dst); err != nil {
 		t.Fatal(err)
 	}
+	// What other commands write into a container belongs to it: the
+	// receipt, and temporary files of an interrupted atomic write.
+	must(t, os.WriteFile(filepath.Join(dst, "verified-install.json"), []byte("{}"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dst, ".verified-install.json.tmp-12345"), nil, 0o644))
+	must(t, os.WriteFile(filepath.Join(dst, ExpertsDir, ".layout.json.tmp-99"), nil, 0o644))
+	must(t, CheckContainerDir(dst))
+	for _, alien := range []string{".notes.tmp-1", ".verified-install.json.tmp-x", "verified-install.json.tmp-1", ".git"} {
+		p := filepath.Join(dst, alien)
+		must(t, os.WriteFile(p, nil, 0o644))
+		if err := CheckContainerDir(dst); !errors.Is(err, ErrNotReplaceable) || !strings.Contains(err.Error(), alien) {
+			t.Errorf("a container holding %s: %v", alien, err)
+		}
+		must(t, os.Remove(p))
+	}
+	finishTiny(t, dst)
 	// Damaged past parsing, identity intact.
 	must(t, os.WriteFile(filepath.Join(dst, ManifestName), []byte(`{"magic":"QPACK","version":1,"files":"garbage"}`), 0o644))
 	must(t, CheckContainerDir(dst))
