@@ -60,16 +60,8 @@ func refuse(path, format string, a ...any) error {
 // entry that the manifest does not list. (A container whose manifest is
 // damaged past its identity is still recognised as one.)
 func CheckContainerDir(dir string) error {
-	st, err := os.Lstat(dir)
-	if err != nil {
+	if err := realDir(dir, "a container directory"); err != nil {
 		return err
-	}
-	if st.Mode()&fs.ModeSymlink != 0 {
-		target, _ := os.Readlink(dir)
-		return refuse(dir, "is a symbolic link (to %s), not a container directory", target)
-	}
-	if !st.IsDir() {
-		return refuse(dir, "is a %s, not a container directory", describeMode(st.Mode()))
 	}
 	data, err := readSmallRegular(filepath.Join(dir, ManifestName), MaxManifestSize)
 	if err != nil {
@@ -108,16 +100,8 @@ func CheckContainerDir(dir string) error {
 // a real directory holding PartialMarker as a regular file, or a finished
 // container (Finish ran, the rename did not).
 func CheckPartialDir(dir string) error {
-	st, err := os.Lstat(dir)
-	if err != nil {
+	if err := realDir(dir, "a partial container"); err != nil {
 		return err
-	}
-	if st.Mode()&fs.ModeSymlink != 0 {
-		target, _ := os.Readlink(dir)
-		return refuse(dir, "is a symbolic link (to %s), not a partial container", target)
-	}
-	if !st.IsDir() {
-		return refuse(dir, "is a %s, not a partial container", describeMode(st.Mode()))
 	}
 	if mst, err := os.Lstat(filepath.Join(dir, PartialMarker)); err == nil && mst.Mode().IsRegular() {
 		return nil
@@ -126,6 +110,23 @@ func CheckPartialDir(dir string) error {
 		return nil
 	}
 	return refuse(dir, "has the name of a partial container but not qpack's %s marker", PartialMarker)
+}
+
+// realDir refuses dir unless it is a directory itself (not a symlink to
+// one); what names the kind of directory wanted.
+func realDir(dir, what string) error {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(dir)
+		return refuse(dir, "is a symbolic link (to %s), not %s", target, what)
+	}
+	if !st.IsDir() {
+		return refuse(dir, "is a %s, not %s", describeMode(st.Mode()), what)
+	}
+	return nil
 }
 
 // MarkPartial creates dir if needed and writes PartialMarker into it.
