@@ -109,7 +109,7 @@ func CheckPartialDir(dir string) error {
 	if CheckContainerDir(dir) == nil {
 		return nil
 	}
-	return refuse(dir, "has the name of a partial container but not qpack's %s marker", PartialMarker)
+	return refuse(dir, "is not a partial container qpack made (it has no %s marker)", PartialMarker)
 }
 
 // realDir refuses dir unless it is a directory itself (not a symlink to

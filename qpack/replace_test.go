@@ -203,7 +203,7 @@ func TestPartialMarker(t *testing.T) {
 	user := filepath.Join(parent, "mine.qpack.partial")
 	must(t, os.Mkdir(user, 0o755))
 	must(t, os.WriteFile(filepath.Join(user, "data"), []byte("x"), 0o644))
-	if err := CheckPartialDir(user); !errors.Is(err, ErrNotReplaceable) || !strings.Contains(err.Error(), "not qpack's .qpack-partial marker") {
+	if err := CheckPartialDir(user); !errors.Is(err, ErrNotReplaceable) || !strings.Contains(err.Error(), "is not a partial container qpack made (it has no .qpack-partial marker)") {
 		t.Errorf("a user's directory named like a partial one: %v", err)
 	}
 	// A marker that is a directory does not count.

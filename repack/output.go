@@ -37,7 +37,7 @@ type OutputError struct {
 }
 
 func (e *OutputError) Error() string {
-	return fmt.Sprintf("refusing to write %s: %s", e.Path, e.Reason)
+	return fmt.Sprintf("refusing to write %s: %s; move it away or choose another --output", e.Path, e.Reason)
 }
 
 func (e *OutputError) Unwrap() []error {
@@ -85,11 +85,11 @@ func checkOutput(output string, overwrite bool, sources ...string) error {
 	}
 	if _, err := os.Lstat(partial); err == nil {
 		if err := checkPartial(partial); err != nil {
-			return &OutputError{Path: partial, Reason: "it would be resumed or removed, but " + reason(err), Err: err}
+			return &OutputError{Path: partial, Reason: "a repack would resume into it or remove it, and " + reason(err), Err: err}
 		}
 	}
 	if st, err := os.Lstat(lock); err == nil && (!st.Mode().IsRegular() || st.Size() != 0) {
-		return &OutputError{Path: lock, Reason: "the lock file repack takes (and removes when done) exists and is not an empty regular file qpack left; move it away"}
+		return &OutputError{Path: lock, Reason: "the lock file repack takes (and removes when done) exists and is not an empty regular file qpack left"}
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func TestOutputRefused(t *testing.T) {
 			must(t, os.Mkdir(part, 0o755))
 			must(t, os.WriteFile(filepath.Join(part, "draft.txt"), []byte("mine"), 0o644))
 			return outputOpts(src, out, false), part
-		}, "it would be resumed or removed, but it has the name of a partial container but not qpack's .qpack-partial marker"},
+		}, "a repack would resume into it or remove it, and it is not a partial container qpack made (it has no .qpack-partial marker)"},
 		{"a partial directory qpack did not make, with --discard-partial", func(t *testing.T, root, src string) (Options, string) {
 			out := filepath.Join(root, "out.qpack")
 			part := out + ".partial"
@@ -130,7 +130,7 @@ func TestOutputRefused(t *testing.T) {
 			o := outputOpts(src, out, true)
 			o.DiscardPartial = true
 			return o, part
-		}, "not qpack's .qpack-partial marker"},
+		}, "it has no .qpack-partial marker"},
 		{"a file where the lock goes", func(t *testing.T, root, src string) (Options, string) {
 			out := filepath.Join(root, "out.qpack")
 			must(t, os.WriteFile(out+".lock", []byte("my notes"), 0o644))
