@@ -76,3 +76,38 @@ func TestQuickstartRefusesWorkdirPath(t *testing.T) {
 		}
 	}
 }
+
+// TestQuickstartOutsideRepoKeepsWorkdir: outside the repository quickstart
+// generates the tiny model itself, into a temporary directory of its own
+// (removed afterwards), never over a same-named directory in --workdir.
+func TestQuickstartOutsideRepoKeepsWorkdir(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", filepath.Join(tmp, "tmp"))
+	if err := os.Mkdir(filepath.Join(tmp, "tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(tmp, "work")
+	mine := filepath.Join(work, bundledVariant)
+	if err := os.MkdirAll(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(mine, f), []byte("mine"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := treehash.Must(t, mine)
+	t.Chdir(tmp) // no testdata/tiny above: the model is generated
+	if findBundled() != "" {
+		t.Fatal("a bundled model is visible from the temp dir")
+	}
+	if out, err := runCLI(t, "quickstart", "--workdir", work); err != nil {
+		t.Fatalf("quickstart: %v\n%s", err, out)
+	}
+	if treehash.Must(t, mine) != before {
+		t.Errorf("quickstart changed %s", mine)
+	}
+	if left, _ := os.ReadDir(filepath.Join(tmp, "tmp")); len(left) != 0 {
+		t.Errorf("left in the temp dir: %v", left)
+	}
+}
