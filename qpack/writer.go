@@ -1,7 +1,6 @@
 package qpack
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -107,15 +106,23 @@ func Create(dst string, layout *Layout, opts CreateOptions) (w *Writer, err erro
 	if tmp == dst {
 		return nil, fmt.Errorf("qpack: temporary directory %s is the destination", tmp)
 	}
-	if !opts.Overwrite {
-		if _, err := os.Lstat(dst); err == nil {
+	if _, err := os.Lstat(dst); err == nil {
+		if !opts.Overwrite {
 			return nil, fmt.Errorf("qpack: %s already exists (remove it or allow overwriting)", dst)
+		}
+		// Only a container is ever replaced: refuse anything else now,
+		// before a byte is written.
+		if err := CheckContainerDir(dst); err != nil {
+			return nil, err
 		}
 	}
 	if _, err := os.Lstat(tmp); err == nil && !opts.Resume {
 		return nil, fmt.Errorf("qpack: partial container %s already exists (resume it or remove it)", tmp)
 	}
 	if err := os.MkdirAll(filepath.Join(tmp, ExpertsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("qpack: %w", err)
+	}
+	if err := MarkPartial(tmp); err != nil {
 		return nil, fmt.Errorf("qpack: %w", err)
 	}
 	w = &Writer{dst: dst, tmp: tmp, layout: layout, opts: opts, layers: make([]*os.File, layout.LayerCount),
@@ -823,41 +830,14 @@ func (w *Writer) hashOne(rel string, size int64, progress func(int64), stop func
 	return fd, eds, nil
 }
 
-// place renames the finished temporary directory to the destination,
-// moving an existing destination aside first when overwriting, and fsyncs
-// the parent directory.
+// place renames the finished temporary directory to the destination
+// (ReplaceDir: an existing destination is replaced only if it is a
+// container, and only with Overwrite).
 func (w *Writer) place() error {
-	parent := filepath.Dir(w.dst)
-	var old string
-	if _, err := os.Lstat(w.dst); err == nil {
-		if !w.opts.Overwrite {
-			return fmt.Errorf("qpack: %s already exists (remove it or allow overwriting)", w.dst)
-		}
-		old = filepath.Join(parent, "."+filepath.Base(w.dst)+fmt.Sprintf(".old-%d", os.Getpid()))
-		if err := os.RemoveAll(old); err != nil {
-			return fmt.Errorf("qpack: %w", err)
-		}
-		if err := os.Rename(w.dst, old); err != nil {
-			return fmt.Errorf("qpack: moving the old %s aside: %w", w.dst, err)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("qpack: %w", err)
+	if _, err := os.Lstat(w.dst); err == nil && !w.opts.Overwrite {
+		return fmt.Errorf("qpack: %s already exists (remove it or allow overwriting)", w.dst)
 	}
-	if err := os.Rename(w.tmp, w.dst); err != nil {
-		if old != "" {
-			os.Rename(old, w.dst) // put it back
-		}
-		return fmt.Errorf("qpack: renaming %s to %s: %w", w.tmp, w.dst, err)
-	}
-	if err := syncDir(parent); err != nil {
-		return fmt.Errorf("qpack: %w", err)
-	}
-	if old != "" {
-		if err := os.RemoveAll(old); err != nil {
-			return fmt.Errorf("qpack: removing the replaced container %s: %w", old, err)
-		}
-	}
-	return nil
+	return ReplaceDir(w.tmp, w.dst)
 }
 
 // modeName names a file type for messages.

@@ -2,6 +2,7 @@ package qpack
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -268,21 +269,41 @@ func TestWriterDestinationExists(t *testing.T) {
 	if _, err := Create(dst, tinyLayout(t), CreateOptions{}); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("Create over an existing destination: %v", err)
 	}
-	w, err := Create(dst, tinyLayout(t), CreateOptions{Overwrite: true})
+	// Overwrite replaces only a container: a directory that is not one is
+	// refused before anything is written, and left as it was.
+	if _, err := Create(dst, tinyLayout(t), CreateOptions{Overwrite: true}); !errors.Is(err, ErrNotReplaceable) {
+		t.Fatalf("Create with Overwrite over a directory that is no container: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dst, "old")); err != nil || string(got) != "old" {
+		t.Fatalf("the refused destination changed: %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(dst)); len(entries) != 1 {
+		t.Errorf("the refused Create left entries next to the destination: %v", entries)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"first", "second"} {
+		w, err := Create(dst, tinyLayout(t), CreateOptions{Overwrite: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeTiny(t, w, []int{0, 1})
+		writeDense(t, w)
+		in := info
+		in.ModelName = name
+		if _, err := w.Finish(in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Open(dst)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeTiny(t, w, []int{0, 1})
-	writeDense(t, w)
-	if _, err := w.Finish(info); err != nil {
-		t.Fatal(err)
+	if c.Manifest.ModelName != "second" {
+		t.Errorf("the container was not replaced: model name %q", c.Manifest.ModelName)
 	}
-	if _, err := os.Stat(filepath.Join(dst, "old")); !os.IsNotExist(err) {
-		t.Errorf("old container content survived: %v", err)
-	}
-	if _, err := Open(dst); err != nil {
-		t.Fatal(err)
-	}
+	c.Close()
 	entries, _ := os.ReadDir(filepath.Dir(dst))
 	if len(entries) != 1 {
 		t.Errorf("left behind next to the container: %v", entries)
@@ -291,7 +312,7 @@ func TestWriterDestinationExists(t *testing.T) {
 	// Destination appears while writing, no overwrite: Finish refuses and
 	// keeps the partial directory.
 	dst2 := filepath.Join(t.TempDir(), "b.qpack")
-	w, err = Create(dst2, tinyLayout(t), CreateOptions{})
+	w, err := Create(dst2, tinyLayout(t), CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,4 +74,12 @@
 // directory is checked against its manifest's digests and renamed; a
 // complete container from the same Hub commit is reported as already
 // complete).
+//
+// Output safety (output.go): before anything is written, Run refuses an
+// output, partial directory or lock file that is the source directory,
+// lies inside it or contains it (resolved real paths, and os.SameFile for
+// the same directory by another path); Overwrite replaces only a qpack
+// container (qpack.CheckContainerDir), and an existing partial directory is
+// resumed or removed only when qpack made it (qpack.PartialMarker, or a
+// journal). A refusal is an *OutputError (ErrUnsafeOutput).
 package repack

@@ -83,6 +83,9 @@ func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *Source, st
 	if err := checkFreeSpace(filepath.Dir(o.Output), total, o.Reserve); err != nil {
 		return nil, err
 	}
+	if err := qpack.MarkPartial(partial); err != nil { // so a later run knows it as qpack's
+		return nil, err
+	}
 	var mu sync.Mutex
 	var done int64
 	dl, err := c.Download(ctx, hfhub.DownloadRequest{
@@ -99,10 +102,12 @@ func runPrebuilt(ctx context.Context, o Options, c *hfhub.Client, hs *Source, st
 	if err != nil || !bytes.Equal(got, mdata) {
 		return nil, fmt.Errorf("%s: the downloaded manifest.json differs from the one read before (the repository changed?)", partial)
 	}
-	// The client's resume metadata lives under .cache/; it is no part of a
-	// container.
-	if err := os.RemoveAll(filepath.Join(partial, ".cache")); err != nil {
-		return nil, err
+	// The client's resume metadata lives under .cache/; it and the partial
+	// marker are no part of a container.
+	for _, working := range []string{".cache", qpack.PartialMarker} {
+		if err := os.RemoveAll(filepath.Join(partial, working)); err != nil {
+			return nil, err
+		}
 	}
 	ct, err := qpack.Open(partial)
 	if err != nil {

@@ -128,6 +128,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if st, err := os.Stat(filepath.Dir(o.Output)); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("the directory of the output, %s, does not exist", filepath.Dir(o.Output))
 	}
+	if err := checkOutput(o.Output, o.Overwrite, sourceDirs(o)...); err != nil {
+		return nil, err // before anything is written (output.go)
+	}
 	res, err := run(ctx, o, start)
 	if err != nil && ctx.Err() != nil {
 		return res, fmt.Errorf("interrupted (%w); run the same command again to resume", err)
@@ -599,34 +602,13 @@ func verifyDigests(dir string, m *qpack.Manifest, onProgress func(Progress)) err
 	return nil
 }
 
-// placeDir renames tmp to dst (replacing dst when overwrite is set) and
-// fsyncs the parent directory.
+// placeDir renames tmp to dst, replacing dst (only a container: see
+// qpack.ReplaceDir) when overwrite is set, and fsyncs the parent directory.
 func placeDir(tmp, dst string, overwrite bool) error {
-	parent := filepath.Dir(dst)
-	var old string
-	if _, err := os.Lstat(dst); err == nil {
-		if !overwrite {
-			return fmt.Errorf("%s: %w", dst, ErrExists)
-		}
-		old = filepath.Join(parent, "."+filepath.Base(dst)+fmt.Sprintf(".old-%d", os.Getpid()))
-		os.RemoveAll(old)
-		if err := os.Rename(dst, old); err != nil {
-			return err
-		}
+	if _, err := os.Lstat(dst); err == nil && !overwrite {
+		return fmt.Errorf("%s: %w", dst, ErrExists)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		if old != "" {
-			os.Rename(old, dst)
-		}
-		return err
-	}
-	if err := syncDir(parent); err != nil {
-		return err
-	}
-	if old != "" {
-		return os.RemoveAll(old)
-	}
-	return nil
+	return qpack.ReplaceDir(tmp, dst)
 }
 
 func syncDir(dir string) error {

@@ -199,7 +199,8 @@ type rawTensor struct {
 // the whole file in one []byte, it knows no F8 dtypes, it decodes through Go
 // maps (so duplicate keys silently win) and its DType.Size panics on bad
 // values. The header is decoded here with a small strict JSON scanner
-// (jsonscan.go).
+// (jsonscan.go). The tests use it as an independent reader of every file
+// qpack writes (oracle_test.go).
 func parseHeader(js []byte, size int64, file string) (*Header, error) {
 	if !utf8.Valid(js) {
 		return nil, formatErr(file, "", "header is not valid UTF-8")

@@ -38,6 +38,10 @@ if [ "$(id -u)" != "0" ]; then
     echo "ci: ${missing_cmds[*]} missing, not running as root and no sudo: install ${need[*]} (apt-get install ${need[*]}) and rerun" >&2
     exit 1
   fi
+  if ! sudo -n true; then
+    echo "ci: sudo asks for a password here: run .ci/run as root, allow sudo without one, or install ${need[*]} first (apt-get install ${need[*]})" >&2
+    exit 1
+  fi
   as_root=(sudo -n)
 fi
 apt=(${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get

@@ -17,7 +17,7 @@ leftovers() {
     pid="${p#/proc/}"
     [ "$pid" = "$$" ] && continue
     exe="$(readlink "$p/exe" 2>/dev/null || true)"
-    cmd="$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null || true)"
+    cmd="$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null || true)"
     case "$exe" in "$dir"/*) echo "$pid $cmd"; continue ;; esac
     case " $cmd" in *" $dir"/*) echo "$pid $cmd" ;; esac
   done

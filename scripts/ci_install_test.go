@@ -15,7 +15,7 @@ import (
 )
 
 // The install step of .ci/run (ci-install.sh) runs here on a bare PATH
-// holding only stubs: id and uname answer as the case says, sudo drops the
+// holding only env, true and stubs: id and uname answer as the case says, sudo drops the
 // environment as the real one does (so DEBIAN_FRONTEND must travel through
 // env), and apt-get logs each call, refuses to run unless "root", can be
 // told to fail, and "installs" a package by creating its command.
@@ -30,6 +30,7 @@ echo "$STUB_ARCH"`,
 	// sudo -n: non-interactive; the real sudo resets the environment.
 	"sudo": `echo "sudo $*" >>"$STUB_LOG"
 [ "${1:-}" = -n ] || { echo "sudo stub: would prompt for a password" >&2; exit 1; }
+[ "$STUB_SUDO_PASSWORD" = yes ] && { echo "sudo: a password is required" >&2; exit 1; }
 shift
 exec ` + "%ENV%" + ` -i PATH="$PATH" STUB_LOG="$STUB_LOG" STUB_BIN="$STUB_BIN" STUB_FAIL="$STUB_FAIL" STUB_INSTALL="$STUB_INSTALL" STUB_UID=0 "$@"`,
 	"apt-get": `echo "apt-get[uid=$STUB_UID DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-}] $*" >>"$STUB_LOG"
@@ -66,6 +67,7 @@ type installCase struct {
 	arch       string
 	present    []string // commands on PATH from the start
 	noSudo     bool
+	sudoPass   bool   // sudo wants a password
 	fail       string // apt-get subcommand that fails
 	noInstall  bool   // apt-get succeeds but installs nothing
 	wantStatus int
@@ -80,6 +82,7 @@ var (
 	rootUpdate  = "apt-get[uid=0 DEBIAN_FRONTEND=noninteractive] " + opt + " update -qq"
 	rootInstall = "apt-get[uid=0 DEBIAN_FRONTEND=noninteractive] " + opt + " install -y -qq "
 	sudoPrefix  = "sudo -n env DEBIAN_FRONTEND=noninteractive apt-get " + opt + " "
+	sudoProbe   = "sudo -n true"
 )
 
 var installCases = []installCase{
@@ -96,7 +99,7 @@ var installCases = []installCase{
 	{
 		name: "user with sudo, both missing", uid: "1000", arch: "x86_64",
 		wantLog: []string{
-			sudoPrefix + "update -qq", rootUpdate,
+			sudoProbe, sudoPrefix + "update -qq", rootUpdate,
 			sudoPrefix + "install -y -qq g++ qemu-user-static", rootInstall + "g++ qemu-user-static",
 		},
 		wantCmds: []string{"g++", "qemu-aarch64-static"},
@@ -108,7 +111,7 @@ var installCases = []installCase{
 	},
 	{
 		name: "arm64 needs no qemu", uid: "1000", arch: "aarch64",
-		wantLog:  []string{sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++", rootInstall + "g++"},
+		wantLog:  []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++", rootInstall + "g++"},
 		wantCmds: []string{"g++"},
 	},
 	{
@@ -124,12 +127,16 @@ var installCases = []installCase{
 		wantErr: "not running as root and no sudo: install g++ qemu-user-static",
 	},
 	{
+		name: "user whose sudo wants a password", uid: "1000", arch: "x86_64", sudoPass: true, wantStatus: 1,
+		wantLog: []string{sudoProbe}, wantErr: "sudo asks for a password here: run .ci/run as root",
+	},
+	{
 		name: "apt-get update fails", uid: "0", arch: "x86_64", fail: "update", wantStatus: 1,
 		wantLog: []string{rootUpdate}, wantErr: "apt-get update failed",
 	},
 	{
 		name: "apt-get install fails under sudo", uid: "1000", arch: "x86_64", fail: "install", wantStatus: 1,
-		wantLog: []string{sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++ qemu-user-static", rootInstall + "g++ qemu-user-static"},
+		wantLog: []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++ qemu-user-static", rootInstall + "g++ qemu-user-static"},
 		wantErr: "apt-get install g++ qemu-user-static failed",
 	},
 	{
@@ -155,6 +162,10 @@ func TestCIInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
 	script, err := filepath.Abs("ci-install.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +177,7 @@ func TestCIInstall(t *testing.T) {
 			logf := filepath.Join(dir, "calls.log")
 			must(t, os.Mkdir(bin, 0o755))
 			must(t, os.Symlink(envPath, filepath.Join(bin, "env")))
+			must(t, os.Symlink(truePath, filepath.Join(bin, "true")))
 			for name, body := range stubs {
 				if name == "sudo" && c.noSudo {
 					continue
@@ -183,7 +195,7 @@ func TestCIInstall(t *testing.T) {
 			cmd := exec.Command(bash, script)
 			cmd.Dir = dir
 			cmd.Env = []string{"PATH=" + bin, "STUB_LOG=" + logf, "STUB_BIN=" + bin, "STUB_UID=" + c.uid,
-				"STUB_ARCH=" + c.arch, "STUB_FAIL=" + c.fail, "STUB_INSTALL=" + install}
+				"STUB_ARCH=" + c.arch, "STUB_FAIL=" + c.fail, "STUB_INSTALL=" + install, "STUB_SUDO_PASSWORD=" + map[bool]string{true: "yes"}[c.sudoPass]}
 			var stderr bytes.Buffer
 			cmd.Stdout = &stderr
 			cmd.Stderr = &stderr

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -98,8 +99,15 @@ func quickstart(ctx context.Context, w io.Writer, model, workdir string, quiet b
 		model = findBundled()
 		if model == "" {
 			// Outside the repository: the generator is deterministic and
-			// makes the same bytes as the committed copy.
-			model = filepath.Join(workdir, bundledVariant)
+			// makes the same bytes as the committed copy. It writes into a
+			// fresh directory of its own (it clears checkpoint files where
+			// it writes), never into a path under --workdir.
+			gen, err := os.MkdirTemp("", "qpack-quickstart-model-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(gen)
+			model = filepath.Join(gen, bundledVariant)
 			for _, v := range tinymodel.Variants() {
 				if v.Name == bundledVariant {
 					if err := tinymodel.Generate(model, v.Spec); err != nil {
@@ -120,6 +128,10 @@ func quickstart(ctx context.Context, w io.Writer, model, workdir string, quiet b
 		ToolVersion: version,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	if errors.Is(err, repack.ErrUnsafeOutput) {
+		// --workdir holds a tiny.qpack that is not a container qpack wrote.
+		return nil, withCode(2, fmt.Errorf("repack: %w", err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("repack: %w", err)
 	}

@@ -150,7 +150,7 @@ func checkRepackDir(ctx context.Context, dir string) error {
 // revision that does not exist or cannot be accessed), 1 for a failure
 // during the repack.
 func repackExitCode(err error) int {
-	for _, e := range []error{repack.ErrExists, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
+	for _, e := range []error{repack.ErrExists, repack.ErrUnsafeOutput, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
 		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized, hfhub.ErrNotCached, checkpoint.ErrOfflineNoCache} {
 		if errors.Is(err, e) {
 			return 2

@@ -34,25 +34,10 @@ type outTensor struct {
 // Safetensors files and an index already in dir are removed first, so a
 // stale shard set cannot linger. The output is a pure function of s.
 func Generate(dir string, s Spec) error {
-	if err := s.validate(); err != nil {
+	tensors, overrides, err := modelTensors(s)
+	if err != nil {
 		return err
 	}
-	weights := floatModel(s)
-	var (
-		tensors   []outTensor
-		overrides []string
-		err       error
-	)
-	if s.Bits == 0 {
-		tensors = encodeF32(weights)
-	} else {
-		tensors, overrides, err = quantizeModel(s, weights)
-		if err != nil {
-			return err
-		}
-	}
-	slices.SortFunc(tensors, func(a, b outTensor) int { return strings.Compare(a.spec.Name, b.spec.Name) })
-
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("tinymodel: %w", err)
 	}
@@ -81,6 +66,25 @@ func Generate(dir string, s Spec) error {
 		}
 	}
 	return nil
+}
+
+// modelTensors returns the tensors of s sorted by name, with the names of
+// the per-tensor quantization overrides.
+func modelTensors(s Spec) (tensors []outTensor, overrides []string, err error) {
+	if err := s.validate(); err != nil {
+		return nil, nil, err
+	}
+	weights := floatModel(s)
+	if s.Bits == 0 {
+		tensors = encodeF32(weights)
+	} else {
+		tensors, overrides, err = quantizeModel(s, weights)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	slices.SortFunc(tensors, func(a, b outTensor) int { return strings.Compare(a.spec.Name, b.spec.Name) })
+	return tensors, overrides, nil
 }
 
 // removeCheckpointFiles deletes the safetensors files and index a previous
