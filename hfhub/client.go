@@ -134,7 +134,6 @@ func NewClient(opts Options) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 64
-		t.ResponseHeaderTimeout = opts.StallTimeout
 		t.IdleConnTimeout = 60 * time.Second
 		transport = t
 	}
