@@ -45,6 +45,9 @@ const (
 	finishedRateTTL = time.Minute
 )
 
+// Defaults returns o with its zero fields set to the defaults.
+func (o HedgeOptions) Defaults() HedgeOptions { return o.withDefaults() }
+
 func (o HedgeOptions) withDefaults() HedgeOptions {
 	if o.Ratio == 0 {
 		o.Ratio = defaultHedgeRatio
