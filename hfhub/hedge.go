@@ -91,7 +91,7 @@ func newStreamSet(o HedgeOptions) *streamSet {
 // stream is one rangeReader's entry: its progress and its current attempt.
 type stream struct {
 	set *streamSet
-	r   *rangeReader // only f, ctx, end and sequential are read off the consumer's goroutine
+	r   *rangeReader // only f, ctx and end are read off the consumer's goroutine
 	pos atomic.Int64
 
 	bytes        atomic.Int64 // received on the current attempt
@@ -287,7 +287,7 @@ func (st *stream) launchHedge() {
 	st.mu.Unlock()
 	st.set.hedges.Add(1)
 	f.c.log.Debug("hub hedge", "file", f.path, "at", off, "end", r.end)
-	sequential := r.sequential || f.rangesIgnored()
+	sequential := f.rangesIgnored() // set whenever a reader turns sequential (r.sequential is the consumer's)
 	go func() {
 		n := r.end - off
 		body, err := f.c.getRange(hctx, f.currentURL(), off, n, f.size, sequential)
