@@ -50,8 +50,7 @@ func (d *downloader) removeStaleParts(files []FileInfo) []string {
 				removed = append(removed, p)
 			}
 		}
-		lock.Unlock()
-		os.Remove(d.cache.lockPath(etag))
+		lock.Unlock() // the lock file stays: removing it would let two holders lock different files
 	}
 	return removed
 }
