@@ -41,7 +41,8 @@
 // reads, so a slow consumer does not count) every Interval; a stream whose
 // current attempt has waited MinWait and delivers under Ratio times the
 // median of the others (and of streams finished in the last minute, so the
-// last one left is judged too) gets a second request for its remaining
+// last one left is judged too; with nothing to compare against, under
+// MinRate) gets a second request for its remaining
 // bytes on another connection. The first 64 KiB of that answer are read;
 // if they arrive before the laggard finishes, the laggard is cancelled and
 // reading continues from the hedge at the byte reached (bytes already
@@ -73,6 +74,7 @@
 //   - Redirects: at most 10, no loops; a signed URL is re-resolved at most
 //     10 times per file.
 //   - Hedging: Ratio 0.25, MinWait 2 s, Interval 250 ms, MaxPerStream 3,
+//     MinRate 32 KiB/s (a lone stream),
 //     one 64 KiB probe per hedged stream (hedges run outside Download's
 //     connection cap: at most one extra connection per stream).
 //   - Backoff: RetryWaitMin 1 s to RetryWaitMax 30 s; Retry-After /

@@ -29,6 +29,10 @@ type HedgeOptions struct {
 	Interval time.Duration
 	// MaxPerStream: hedges per range stream (0 → 3).
 	MaxPerStream int
+	// MinRate: with nothing to compare against (a lone stream, nothing
+	// finished in the last minute), a stream under this many bytes per
+	// second is a laggard (0 → 32 KiB/s; negative: never without peers).
+	MinRate float64
 }
 
 const (
@@ -36,6 +40,7 @@ const (
 	defaultHedgeMinWait  = 2 * time.Second
 	defaultHedgeInterval = 250 * time.Millisecond
 	defaultHedgeMax      = 3
+	defaultHedgeMinRate  = 32 << 10
 	// hedgeProbe is how much of a hedge's answer is read (and held) before
 	// it replaces the laggard: the memory bound is one probe per stream.
 	hedgeProbe = 64 << 10
@@ -60,6 +65,9 @@ func (o HedgeOptions) withDefaults() HedgeOptions {
 	}
 	if o.MaxPerStream <= 0 {
 		o.MaxPerStream = defaultHedgeMax
+	}
+	if o.MinRate == 0 {
+		o.MinRate = defaultHedgeMinRate
 	}
 	return o
 }
@@ -251,6 +259,9 @@ func (ss *streamSet) laggards(now time.Time) (lag []*stream, stop bool) {
 			}
 		}
 		if len(refs) == 0 {
+			if m.rate < ss.opts.MinRate { // the last one left, slow, and nothing to compare with
+				lag = append(lag, m.st)
+			}
 			continue
 		}
 		if m.rate < ss.opts.Ratio*median(refs) {

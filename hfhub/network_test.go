@@ -178,3 +178,21 @@ func TestConcurrentStreamsHedgeLaggard(t *testing.T) {
 		t.Fatalf("trickle applied %v, hedges won %d", faultSeen(hub), f.c.streams.wins.Load())
 	}
 }
+
+// A lone stream with nothing to compare against is hedged when it is
+// under MinRate.
+func TestLoneSlowStreamHedged(t *testing.T) {
+	data := randBytes(60_000, 24)
+	hub, f := openTestFile(t, hubtest.Config{}, data, ReaderOptions{})
+	hub.Inject(hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Rate: 2000})
+	buf := make([]byte, 50_000)
+	if _, err := f.ReadAtContext(ctxT(t), buf, 5_000); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, data[5_000:55_000]) {
+		t.Fatal("wrong bytes")
+	}
+	if !faultSeen(hub) || f.c.streams.wins.Load() != 1 {
+		t.Fatalf("trickle applied %v, hedges won %d", faultSeen(hub), f.c.streams.wins.Load())
+	}
+}
