@@ -26,7 +26,7 @@ type Options struct {
 	Token     string       // "" → HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then $HF_HOME/token
 	Anonymous bool         // send no token at all, whatever the environment says
 	UserAgent string       // "" → "qpack-hfhub/1"
-	Logger    *slog.Logger // nil → slog.Default(); only Debug records, never a token
+	Logger    *slog.Logger // nil → slog.Default(); Debug records, one Warn per file a server ignores Range for; never a token
 
 	// HTTPClient supplies the transport (nil → a pooled transport of our
 	// own). Its Timeout must be 0: long bodies are policed by the stall
@@ -134,7 +134,6 @@ func NewClient(opts Options) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 64
-		t.ResponseHeaderTimeout = opts.StallTimeout
 		t.IdleConnTimeout = 60 * time.Second
 		transport = t
 	}

@@ -3,6 +3,7 @@ package hfhub
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -244,10 +245,14 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 			errs = append(errs, err)
 		}
 	}
-	if req.LocalDir == "" {
-		// The ref goes last, pointing at a snapshot that exists.
+	if req.LocalDir == "" && len(errs) == 0 {
+		// The ref goes last, pointing at a snapshot that is complete; then
+		// what earlier runs left of these files at other commits goes.
 		if err := d.cache.writeRef(req.Revision, commit); err != nil {
 			errs = append(errs, fmt.Errorf("writing refs/%s: %w", req.Revision, err))
+		}
+		for _, p := range d.removeStaleParts(files) {
+			c.log.Debug("hub removed a stale partial download", "path", p)
 		}
 	}
 	if len(errs) > 0 {
@@ -356,11 +361,15 @@ func (d *downloader) fetch(ctx context.Context, f FileInfo, fr *FileResult) erro
 		return d.finishPresent(f, fr)
 	}
 	if d.req.LocalDir != "" {
-		// A file already there without valid metadata: adopt it if its hash matches.
-		if st, err := os.Stat(final); err == nil && st.Mode().IsRegular() && st.Size() == f.Size {
-			if ok, _ := fileHasDigest(final, f.ExpectedDigest(), f.Size); ok {
-				return writeLocalMetadata(localPaths(d.req.LocalDir, f.Path), d.commit, f.ETag(), nowUnix())
-			}
+		// What is in the way: ours, the right bytes (adopted), or a user's
+		// file that is refused before anything is fetched.
+		p := localPaths(d.req.LocalDir, f.Path)
+		state, err := inspectLocal(p, f)
+		if err != nil {
+			return err
+		}
+		if state == localCurrent || state == localAdopt {
+			return writeLocalMetadata(p, d.commit, f.ETag(), nowUnix())
 		}
 	}
 
@@ -377,13 +386,20 @@ func (d *downloader) fetch(ctx context.Context, f FileInfo, fr *FileResult) erro
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return err
 	}
+	if d.req.LocalDir != "" {
+		p := localPaths(d.req.LocalDir, f.Path)
+		if err := placeLocal(part, p, f); err != nil {
+			os.Remove(part) // verified bytes, but they may not go where a user's file is
+			os.Remove(part + ".json")
+			return err
+		}
+		os.Remove(part + ".json")
+		return writeLocalMetadata(p, d.commit, f.ETag(), nowUnix())
+	}
 	if err := os.Rename(part, final); err != nil {
 		return err
 	}
 	os.Remove(part + ".json")
-	if d.req.LocalDir != "" {
-		return writeLocalMetadata(localPaths(d.req.LocalDir, f.Path), d.commit, f.ETag(), nowUnix())
-	}
 	return linkSnapshot(final, fr.LocalPath)
 }
 
@@ -427,7 +443,7 @@ func (d *downloader) fetchVerified(ctx context.Context, f FileInfo, part string)
 	}
 
 	chunk := d.req.ChunkSize
-	rec, fh, err := openPart(part, f.ETag(), f.Size, chunk)
+	rec, fh, err := openPart(part, f, d.commit, chunk)
 	if err != nil {
 		return 0, err
 	}
@@ -521,11 +537,15 @@ func (d *downloader) fetchVerified(ctx context.Context, f FileInfo, part string)
 
 // openPart opens (or creates) the temp file and its resume record. A record
 // that does not match the file (other ETag or size, a missing or resized
-// temp file, bad JSON) is discarded along with the temp file.
-func openPart(part, etag string, size, chunk int64) (*resumeRecord, *os.File, error) {
+// temp file, bad JSON) is discarded along with the temp file. A new record
+// is written at once (naming the file's path and commit), so a later run can
+// tell whose part this is.
+func openPart(part string, f FileInfo, commit string, chunk int64) (*resumeRecord, *os.File, error) {
+	etag, size := f.ETag(), f.Size
 	if rec, err := readResumeRecord(part + ".json"); err == nil && rec.ETag == etag && rec.Size == size {
 		if fh, err := os.OpenFile(part, os.O_RDWR, 0); err == nil {
 			if st, err := fh.Stat(); err == nil && st.Size() == size {
+				rec.Path, rec.Commit = f.Path, commit
 				return rec, fh, nil
 			}
 			fh.Close()
@@ -541,7 +561,16 @@ func openPart(part, etag string, size, chunk int64) (*resumeRecord, *os.File, er
 		os.Remove(part)
 		return nil, nil, fmt.Errorf("allocating %d bytes for %s: %w", size, part, err)
 	}
-	return &resumeRecord{Version: 1, ETag: etag, Size: size, ChunkSize: chunk}, fh, nil
+	rec := &resumeRecord{Version: 1, ETag: etag, Size: size, ChunkSize: chunk, Path: f.Path, Commit: commit}
+	if size > 0 {
+		b, _ := json.Marshal(rec)
+		if err := writeFileAtomic(part+".json", b, 0o644); err != nil {
+			fh.Close()
+			os.Remove(part)
+			return nil, nil, err
+		}
+	}
+	return rec, fh, nil
 }
 
 // downloadOffline answers from the cache (or local dir) with no network.

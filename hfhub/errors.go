@@ -22,7 +22,24 @@ var (
 	// ErrStalled: an attempt got no byte for Options.StallTimeout (see
 	// StallError); it is retried, so it surfaces only once retries ran out.
 	ErrStalled = errors.New("stalled")
+	// ErrInvalidInput: a repository id or revision that cannot be valid,
+	// refused before any request (a usage error: exit 2).
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrLocalFileConflict: Download with LocalDir found a file qpack did
+	// not create where it would write, with other content; it was left
+	// unchanged (LocalFileError).
+	ErrLocalFileConflict = errors.New("a file not created by qpack is in the way")
 )
+
+// inputError is a refused repository id or revision.
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+func (e *inputError) Unwrap() error { return ErrInvalidInput }
+
+func badInput(format string, a ...any) error {
+	return &inputError{msg: fmt.Sprintf(format, a...)}
+}
 
 // HubError is an HTTP error answered by the Hub (or its CDN), mapped from
 // X-Error-Code and the status. Its message tells the user what to do.

@@ -61,7 +61,7 @@ func faultCases() []faultCase {
 		{name: "200 with the slice and Content-Range", fault: hubtest.Fault{Kind: hubtest.FaultSliceOK, Route: hubtest.RouteCDN, Times: -1}, ok: true},
 		{name: "trickle at 4 KB/s on one connection", fault: hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Path: lfsPath, Rate: 4000, Skip: 1}, ok: true},
 		{name: "model info hangs after headers", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteInfo, Times: 2}, ok: true},
-		{name: "model info hangs forever", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteInfo, Times: -1}, errHas: "no data for"},
+		{name: "model info hangs forever", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteInfo, Times: -1}, errHas: "stalled: no data for"},
 		{name: "error body hangs", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteTree, Status: 404, Times: -1}, errHas: "HTTP 404"},
 		{name: "tree page hangs mid-body", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteTree, AfterBytes: 20}, ok: true},
 		{name: "range hangs after headers", fault: hubtest.Fault{Kind: hubtest.FaultHang, Route: hubtest.RouteCDN, Path: lfsPath, Times: 2}, ok: true},

@@ -2,6 +2,7 @@ package hfhub
 
 import (
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"sort"
 	"testing"
@@ -190,6 +191,43 @@ func FuzzTreeCache(f *testing.F) {
 		again, err := parseTreeCache("again", b)
 		if err != nil || !reflect.DeepEqual(files, again) {
 			t.Fatalf("round trip: %+v -> %s -> %+v, %v", files, b, again, err)
+		}
+	})
+}
+
+// FuzzRangeVerdict: whatever a server sends, an answer is used only when it
+// provably carries the bytes asked: partial content only with a
+// Content-Range naming exactly them, a whole body only at offset 0 (or in
+// the sequential fallback) with no conflicting length.
+func FuzzRangeVerdict(f *testing.F) {
+	f.Add(206, "bytes 100-199/1000", int64(100), int64(100), int64(100), int64(1000), false)
+	f.Add(200, "", int64(1000), int64(0), int64(100), int64(1000), false)
+	f.Add(200, "bytes 5-9/10", int64(-1), int64(5), int64(5), int64(10), true)
+	f.Add(416, "bytes */10", int64(0), int64(0), int64(5), int64(10), false)
+	f.Fuzz(func(t *testing.T, status int, cr string, cl, off, n, size int64, wholeOK bool) {
+		if size <= 0 || size > maxFileSize || off < 0 || n <= 0 || off >= size || n > size-off {
+			return
+		}
+		h := http.Header{}
+		if cr != "" {
+			h.Set("Content-Range", cr)
+		}
+		a, err := rangeVerdict(status, h, cl, off, n, size, wholeOK)
+		if err != nil || a == nil {
+			return
+		}
+		if status != 200 && status != 206 {
+			t.Fatalf("status %d used", status)
+		}
+		if a.Whole {
+			if cr != "" || status != 200 || (off > 0 && !wholeOK) || a.Skip != off || (cl >= 0 && cl != size) {
+				t.Fatalf("whole body used: status %d CR %q CL %d off %d skip %d wholeOK %v", status, cr, cl, off, a.Skip, wholeOK)
+			}
+			return
+		}
+		c, perr := parseContentRange(h.Get("Content-Range"))
+		if perr != nil || c.First != off || c.Last != off+n-1 || (c.Total >= 0 && c.Total != size) || (cl >= 0 && cl != n) || a.Skip != 0 {
+			t.Fatalf("partial content used with CR %q CL %d for off %d n %d size %d", cr, cl, off, n, size)
 		}
 	})
 }

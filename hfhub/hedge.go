@@ -29,6 +29,10 @@ type HedgeOptions struct {
 	Interval time.Duration
 	// MaxPerStream: hedges per range stream (0 → 3).
 	MaxPerStream int
+	// MinRate: with nothing to compare against (a lone stream, nothing
+	// finished in the last minute), a stream under this many bytes per
+	// second is a laggard (0 → 32 KiB/s; negative: never without peers).
+	MinRate float64
 }
 
 const (
@@ -36,6 +40,7 @@ const (
 	defaultHedgeMinWait  = 2 * time.Second
 	defaultHedgeInterval = 250 * time.Millisecond
 	defaultHedgeMax      = 3
+	defaultHedgeMinRate  = 32 << 10
 	// hedgeProbe is how much of a hedge's answer is read (and held) before
 	// it replaces the laggard: the memory bound is one probe per stream.
 	hedgeProbe = 64 << 10
@@ -44,6 +49,9 @@ const (
 	finishedRates   = 16
 	finishedRateTTL = time.Minute
 )
+
+// Defaults returns o with its zero fields set to the defaults.
+func (o HedgeOptions) Defaults() HedgeOptions { return o.withDefaults() }
 
 func (o HedgeOptions) withDefaults() HedgeOptions {
 	if o.Ratio == 0 {
@@ -57,6 +65,9 @@ func (o HedgeOptions) withDefaults() HedgeOptions {
 	}
 	if o.MaxPerStream <= 0 {
 		o.MaxPerStream = defaultHedgeMax
+	}
+	if o.MinRate == 0 {
+		o.MinRate = defaultHedgeMinRate
 	}
 	return o
 }
@@ -88,7 +99,7 @@ func newStreamSet(o HedgeOptions) *streamSet {
 // stream is one rangeReader's entry: its progress and its current attempt.
 type stream struct {
 	set *streamSet
-	r   *rangeReader // only f, ctx, end and sequential are read off the consumer's goroutine
+	r   *rangeReader // only f, ctx and end are read off the consumer's goroutine
 	pos atomic.Int64
 
 	bytes        atomic.Int64 // received on the current attempt
@@ -248,6 +259,9 @@ func (ss *streamSet) laggards(now time.Time) (lag []*stream, stop bool) {
 			}
 		}
 		if len(refs) == 0 {
+			if m.rate < ss.opts.MinRate { // the last one left, slow, and nothing to compare with
+				lag = append(lag, m.st)
+			}
 			continue
 		}
 		if m.rate < ss.opts.Ratio*median(refs) {
@@ -284,7 +298,7 @@ func (st *stream) launchHedge() {
 	st.mu.Unlock()
 	st.set.hedges.Add(1)
 	f.c.log.Debug("hub hedge", "file", f.path, "at", off, "end", r.end)
-	sequential := r.sequential || f.rangesIgnored()
+	sequential := f.rangesIgnored() // set whenever a reader turns sequential (r.sequential is the consumer's)
 	go func() {
 		n := r.end - off
 		body, err := f.c.getRange(hctx, f.currentURL(), off, n, f.size, sequential)

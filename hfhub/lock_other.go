@@ -29,3 +29,7 @@ func (l *fileLock) Unlock() {
 		l.f = nil
 	}
 }
+
+// tryLock cannot tell a held lock here: it never takes one, so nothing
+// that might be in use is removed.
+func tryLock(string) (*fileLock, bool) { return nil, false }

@@ -57,3 +57,16 @@ func (l *fileLock) Unlock() {
 		l.f = nil
 	}
 }
+
+// tryLock takes the lock only if it is free now.
+func tryLock(path string) (*fileLock, bool) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, false
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return &fileLock{f}, true
+}

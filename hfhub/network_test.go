@@ -3,6 +3,7 @@ package hfhub
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,54 @@ func TestSmallFileWithoutRange(t *testing.T) {
 		if r.Method == "GET" && r.File != "" && r.Range != "" {
 			t.Fatalf("%s fetched with Range %q", r.File, r.Range)
 		}
+	}
+}
+
+// Repack's path: concurrent single-range StreamRange-style calls
+// (ReadRanges with one range each) share the client's hedging.
+func TestConcurrentStreamsHedgeLaggard(t *testing.T) {
+	data := randBytes(6*50_000, 23)
+	hub, f := openTestFile(t, hubtest.Config{}, data, ReaderOptions{})
+	hub.Inject(hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Rate: 1000, Match: hubtest.RangeFrom(2 * 50_000)})
+	errs := make(chan error, 6)
+	for i := 0; i < 6; i++ {
+		go func(off int64) {
+			errs <- f.ReadRanges(ctxT(t), []Range{{Off: off, Len: 50_000}}, 1, func(r Range, body io.Reader) error {
+				b, err := io.ReadAll(body)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(b, data[r.Off:r.End()]) {
+					return errors.New("wrong bytes")
+				}
+				return nil
+			})
+		}(int64(i) * 50_000)
+	}
+	for i := 0; i < 6; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !faultSeen(hub) || f.c.streams.wins.Load() < 1 {
+		t.Fatalf("trickle applied %v, hedges won %d", faultSeen(hub), f.c.streams.wins.Load())
+	}
+}
+
+// A lone stream with nothing to compare against is hedged when it is
+// under MinRate.
+func TestLoneSlowStreamHedged(t *testing.T) {
+	data := randBytes(60_000, 24)
+	hub, f := openTestFile(t, hubtest.Config{}, data, ReaderOptions{})
+	hub.Inject(hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Rate: 2000})
+	buf := make([]byte, 50_000)
+	if _, err := f.ReadAtContext(ctxT(t), buf, 5_000); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, data[5_000:55_000]) {
+		t.Fatal("wrong bytes")
+	}
+	if !faultSeen(hub) || f.c.streams.wins.Load() != 1 {
+		t.Fatalf("trickle applied %v, hedges won %d", faultSeen(hub), f.c.streams.wins.Load())
 	}
 }

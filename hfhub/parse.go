@@ -306,23 +306,23 @@ func ValidateRepoPath(p string) error {
 func ValidateRepoID(id string) error {
 	parts := strings.Split(id, "/")
 	if len(parts) > 2 || id == "" {
-		return fmt.Errorf("repository id %q: want \"org/name\" or \"name\"", id)
+		return badInput("repository id %q: want \"org/name\" or \"name\"", id)
 	}
 	for _, p := range parts {
 		if p == "" || len(p) > 96 {
-			return fmt.Errorf("repository id %q: each part must have 1 to 96 characters", id)
+			return badInput("repository id %q: each part must have 1 to 96 characters", id)
 		}
 		for _, c := range []byte(p) {
 			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-				return fmt.Errorf("repository id %q: character %q is not allowed", id, c)
+				return badInput("repository id %q: character %q is not allowed", id, c)
 			}
 		}
 		if p[0] == '-' || p[0] == '.' || p[len(p)-1] == '-' || p[len(p)-1] == '.' {
-			return fmt.Errorf("repository id %q: a part cannot start or end with '-' or '.'", id)
+			return badInput("repository id %q: a part cannot start or end with '-' or '.'", id)
 		}
 	}
 	if strings.Contains(id, "--") || strings.Contains(id, "..") || strings.HasSuffix(id, ".git") {
-		return fmt.Errorf("repository id %q: \"--\", \"..\" and a \".git\" suffix are not allowed", id)
+		return badInput("repository id %q: \"--\", \"..\" and a \".git\" suffix are not allowed", id)
 	}
 	return nil
 }
@@ -331,10 +331,10 @@ func ValidateRepoID(id string) error {
 // under refs/ in the cache, so the same rules as file paths apply.
 func validateRevision(rev string) error {
 	if len(rev) > maxRevisionLen {
-		return fmt.Errorf("revision of %d bytes is too long", len(rev))
+		return badInput("revision of %d bytes is too long", len(rev))
 	}
 	if err := ValidateRepoPath(rev); err != nil {
-		return fmt.Errorf("revision %q: %v", rev, err)
+		return badInput("revision %q: %v", rev, err)
 	}
 	return nil
 }

@@ -190,7 +190,7 @@ func TestReaderFaults(t *testing.T) {
 // The stall rule is time since the last byte: a stall is noticed after
 // about StallTimeout, not after the server gives up, and the retry resumes
 // at the last byte received.
-func TestStallWatchdogResumesFromLastByte(t *testing.T) {
+func TestStallResumesFromLastByte(t *testing.T) {
 	data := randBytes(50_000, 14)
 	hub, f := openTestFile(t, hubtest.Config{}, data, ReaderOptions{ChunkSize: 1 << 20}, fastStall)
 	hub.Inject(hubtest.Fault{Kind: hubtest.FaultStall, Route: hubtest.RouteCDN, AfterBytes: 12_345, Delay: 10 * time.Second})

@@ -20,6 +20,10 @@ type resumeRecord struct {
 	Size      int64  `json:"size"`
 	ChunkSize int64  `json:"chunk_size"`
 	Done      []int  `json:"done"`
+	// Path and Commit say which repository file this part is (so a later
+	// run can remove parts of that file at other ETags).
+	Path   string `json:"path,omitempty"`
+	Commit string `json:"commit,omitempty"`
 }
 
 func readResumeRecord(path string) (*resumeRecord, error) {

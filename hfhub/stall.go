@@ -16,11 +16,11 @@ import (
 type StallError struct {
 	After time.Duration // the stall time in force
 	Phase string        // "headers" or "body"
-	URL   string        // without query
+	URL   string        // without query (not in the message: callers name the request)
 }
 
 func (e *StallError) Error() string {
-	return fmt.Sprintf("no data for %v while waiting for the %s of %s", e.After, e.Phase, e.URL)
+	return fmt.Sprintf("stalled: no data for %v while waiting for the response %s", e.After, e.Phase)
 }
 
 // Unwrap returns ErrStalled.

@@ -6,9 +6,15 @@
 //
 //	go run ./bench/download                 # 2 GiB, 50 MB/s per connection, 1 vs 8
 //	go run ./bench/download -size 256MiB -conns 1,4,8
+//	go run ./bench/download -size 512MiB -cap 25MB -hedge
+//
+// With -hedge it then downloads again with the last connection count while
+// one CDN connection (the third of that run) is capped at -slow bytes/s,
+// and prints that time against the no-fault time of the same run.
 //
 // Goals: N=8 at least 6x faster than 1 connection; peak RSS under 64 MiB
-// whatever the file size.
+// whatever the file size; the hedged run at most 1.3x the no-fault time
+// plus the detection time (hfhub.HedgeOptions: MinWait + Interval).
 package main
 
 import (
@@ -39,6 +45,8 @@ func main() {
 		ep     = flag.String("endpoint", "", "internal")
 		cache  = flag.String("cache", "", "internal")
 		conns  = flag.Int("n", 0, "internal")
+		hedge  = flag.Bool("hedge", false, "also run the hedging case: one connection capped at -slow among the last -conns")
+		slowS  = flag.String("slow", "8KiB", "-hedge: the capped connection's bytes per second")
 	)
 	flag.Parse()
 	chunk, err := parseSize(*chunkS)
@@ -91,6 +99,44 @@ func main() {
 		r := result{n: n, secs: secs, rssMiB: float64(ru.Maxrss) / 1024} // Linux: KiB
 		results = append(results, r)
 		fmt.Printf("  %2d connection(s): %6.2fs  %7.1f MB/s  peak RSS %5.1f MiB\n", n, secs, float64(size)/secs/1e6, r.rssMiB)
+	}
+	if *hedge {
+		slow, err := parseSize(*slowS)
+		check(err)
+		n := counts[len(counts)-1]
+		conn := 0
+		for _, r := range hub.Requests() {
+			if r.Role == "cdn" {
+				conn = max(conn, r.Conn)
+			}
+		}
+		hub.Inject(hubtest.Fault{Kind: hubtest.FaultTrickle, Route: hubtest.RouteCDN, Conn: conn + 3, Rate: slow, Times: -1})
+		cacheDir, err := os.MkdirTemp(*dir, "qpack-bench-")
+		check(err)
+		cmd := exec.Command(exe, "-role=client", "-endpoint="+hub.URL, "-cache="+cacheDir, "-n="+strconv.Itoa(n), "-chunk="+*chunkS)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		start := time.Now()
+		err = cmd.Run()
+		secs := time.Since(start).Seconds()
+		os.RemoveAll(cacheDir)
+		check(err)
+		hit := false
+		for _, r := range hub.Requests() {
+			hit = hit || r.Fault == "trickle"
+		}
+		if !hit {
+			check(fmt.Errorf("the slow connection was never used"))
+		}
+		ref := results[len(results)-1]
+		detect := (hfhub.HedgeOptions{}).Defaults()
+		limit := 1.3*ref.secs + (detect.MinWait + detect.Interval).Seconds()
+		verdict := "meets"
+		if secs > limit {
+			verdict = "ABOVE"
+		}
+		fmt.Printf("hedging: %d connections, one at %s/s: %.2fs vs %.2fs without the fault: %.2fx (goal <= 1.3x + %.2fs detection = %.2fs: %s)\n",
+			n, human(slow), secs, ref.secs, secs/ref.secs, (detect.MinWait + detect.Interval).Seconds(), limit, verdict)
+		hub.ClearFaults()
 	}
 	base := results[0]
 	maxRSS := 0.0
