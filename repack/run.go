@@ -173,6 +173,9 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 		} else if pre {
 			return runPrebuilt(ctx, o, c, hs, start)
 		}
+		if _, err := CheckConfig(ctx, hs); err != nil { // before any shard byte
+			return nil, err
+		}
 		if err := hs.openShards(ctx); err != nil {
 			return nil, err
 		}
@@ -182,6 +185,11 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 		o.Connections = 2
 	}
 	if hs, ok := src.(*HubSource); ok {
+		if hs.shards == nil {
+			if _, err := CheckConfig(ctx, hs); err != nil { // before any shard byte
+				return nil, err
+			}
+		}
 		if err := hs.openShards(ctx); err != nil {
 			return nil, err
 		}
@@ -220,6 +228,9 @@ func PlanSource(ctx context.Context, src Source) (*Plan, error) {
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
+	}
+	if err := cfg.checkTensors(shards); err != nil {
+		return nil, err
 	}
 	return BuildPlan(cfg, shards)
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/repack"
 )
 
@@ -143,7 +144,7 @@ func checkRepackDir(ctx context.Context, dir string) error {
 // during the repack.
 func repackExitCode(err error) int {
 	for _, e := range []error{repack.ErrExists, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
-		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized} {
+		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized, modelconfig.ErrConfig} {
 		if errors.Is(err, e) {
 			return 2
 		}
