@@ -36,8 +36,8 @@
 //	field                    also read as / from                          when absent
 //	num_experts              num_local_experts (Mixtral style)            required
 //	head_dim                 -                                            hidden_size / num_attention_heads (must divide)
-//	rope_theta               rope_parameters.rope_theta (transformers v5),  10000
-//	                         rope_scaling.rope_theta (v4)
+//	rope_theta               rope_parameters.rope_theta (transformers v5),  required (the defaults of
+//	                         rope_scaling.rope_theta (v4)                 transformers and mlx-lm differ)
 //	partial_rotary_factor    rope_parameters / rope_scaling, same key     0.25
 //	rope_parameters          per layer type: its full_attention entry     -
 //	rope type                rope_type or type: default, mrope (text: plain RoPE)

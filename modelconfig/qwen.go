@@ -159,7 +159,7 @@ func parseHybrid(d *Document) *Config {
 // they must agree. Multimodal RoPE (mrope_section) with the equal
 // temporal, height and width positions of text is plain RoPE.
 func parseRope(t *Object, headDim int) (theta float64, rotary int) {
-	theta, factor := 10000.0, 0.25
+	theta, factor := 0.0, 0.25
 	thetaFrom, factorFrom := "", ""
 	take := func(o *Object, key string, v float64, dst *float64, from *string) {
 		if *from != "" && *dst != v {
@@ -192,7 +192,11 @@ func parseRope(t *Object, headDim int) (theta float64, rotary int) {
 		}
 		read(rp)
 	}
-	if !(theta > 1 && theta < 1e30) {
+	if thetaFrom == "" {
+		// transformers defaults it to 10000, mlx-lm's qwen3_5 to 100000
+		// and its qwen3_next requires it: a config must say.
+		t.Fail("rope_theta", "missing (also looked for in rope_parameters and rope_scaling)")
+	} else if !(theta > 1 && theta < 1e30) {
 		t.Fail("rope_theta", "%g is out of range (1, 1e30)", theta)
 	}
 	if !(factor > 0 && factor <= 1) {

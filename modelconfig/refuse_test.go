@@ -57,6 +57,7 @@ func TestRefused(t *testing.T) {
 			m["num_key_value_heads"] = 6.0
 		}, "head_dim: missing, and hidden_size 64 is not a multiple of num_attention_heads 6", false},
 		{"odd rotary", next, func(m map[string]any) { m["partial_rotary_factor"] = 0.3 }, "not a positive even integer", false},
+		{"no rope_theta", moe, func(m map[string]any) { delete(text(m)["rope_parameters"].(map[string]any), "rope_theta") }, "text_config.rope_theta: missing", false},
 		{"rope yarn", moe, func(m map[string]any) { text(m)["rope_parameters"].(map[string]any)["rope_type"] = "yarn" }, `text_config.rope_parameters.rope_type: "yarn" is not supported`, false},
 		{"rope theta disagrees", moe, func(m map[string]any) { text(m)["rope_theta"] = 1e6 }, "text_config.rope_parameters.rope_theta: 1e+07, but text_config.rope_theta is 1e+06", false},
 		{"alias disagrees", next, func(m map[string]any) { m["num_local_experts"] = 16.0 }, "num_local_experts: 16, but its alias num_experts says 8", false},
