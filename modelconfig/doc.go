@@ -16,7 +16,13 @@
 // the parser of one architecture; text_config.model_type must be one the
 // architecture accepts. Unknown types are refused with ErrUnsupported and
 // the list of supported ones. A new architecture (gemma4 / gemma4_text)
-// registers itself from its own file without touching the others.
+// registers itself from its own file without touching the others: its
+// Parse reads its fields through Object (aliases, bounds and errors come
+// with it), fills the common fields and keeps the rest in Config.Extra;
+// the checks every architecture must pass (layer pattern length, top-k
+// within the experts, heads dividing, ...) then run on the result, their
+// errors naming the transformers field names. A Registry other than the
+// default (Default().Clone()) serves tests and experiments.
 //
 //	architecture  top-level model_type                     text_config.model_type
 //	qwen3_next    qwen3_next (flat)                        qwen3_next
