@@ -54,10 +54,15 @@ func ParseConfig(data []byte, file string) (*ModelConfig, error) {
 	return cfg, nil
 }
 
+// FileReader reads a small file of a checkpoint source (a Source has it).
+type FileReader interface {
+	ReadFile(ctx context.Context, name string, max int64) ([]byte, error)
+}
+
 // CheckConfig reads the source's config.json and refuses a checkpoint the
 // runner cannot run. It reads only that one small file, so a Hub source is
-// refused before any shard byte is requested.
-func CheckConfig(ctx context.Context, src Source) (*ModelConfig, error) {
+// refused before any shard is opened or a shard byte requested.
+func CheckConfig(ctx context.Context, src FileReader) (*ModelConfig, error) {
 	data, err := src.ReadFile(ctx, modelconfig.FileName, maxConfigSize)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
