@@ -66,7 +66,9 @@ func CheckConfig(ctx context.Context, src FileReader) (*ModelConfig, error) {
 	data, err := src.ReadFile(ctx, modelconfig.FileName, maxConfigSize)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("the source has no config.json: not a Hugging Face / MLX checkpoint: %w", modelconfig.ErrConfig)
+			// Wrapped, so what the source says (absent, or not in the cache
+			// when offline) still decides the exit code.
+			return nil, fmt.Errorf("no config.json in the source (not a Hugging Face / MLX checkpoint?): %w", err)
 		}
 		return nil, err
 	}
