@@ -38,7 +38,7 @@ func copyTiny(t *testing.T, src string, edit func(cfg map[string]any)) string {
 			t.Fatal(err)
 		}
 		if e.Name() == "config.json" && edit != nil {
-			b = editJSON(t, b, edit)
+			b = editConfigJSON(t, b, edit)
 		}
 		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func copyTiny(t *testing.T, src string, edit func(cfg map[string]any)) string {
 	return dst
 }
 
-func editJSON(t *testing.T, b []byte, edit func(map[string]any)) []byte {
+func editConfigJSON(t *testing.T, b []byte, edit func(map[string]any)) []byte {
 	t.Helper()
 	var cfg map[string]any
 	if err := json.Unmarshal(b, &cfg); err != nil {
@@ -160,7 +160,7 @@ func rewriteContainerConfig(t *testing.T, dir string, edit func(map[string]any))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = editJSON(t, b, edit)
+	b = editConfigJSON(t, b, edit)
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
