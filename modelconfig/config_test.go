@@ -185,11 +185,13 @@ func TestToleratedVariants(t *testing.T) {
 			delete(m, "quantization")
 			delete(m, "quantization_config")
 		}, nil},
-		{"v4 rope keys", func(m map[string]any) {
-			delete(text(m), "rope_parameters")
-			text(m)["rope_theta"] = 1e7
-			text(m)["rope_scaling"] = nil
-		}, nil},
+		// transformers and mlx-lm's qwen3_5 both take rope_parameters'.
+		{"top-level rope_theta differs", func(m map[string]any) { text(m)["rope_theta"] = 1e6 }, nil},
+		{"top-level partial_rotary_factor equal", func(m map[string]any) { text(m)["partial_rotary_factor"] = 0.25 }, nil},
+		{"head_dim absent, 256 either way", func(m map[string]any) {
+			text(m)["head_dim"] = nil
+			text(m)["hidden_size"] = 1024.0
+		}, func(c *Config) { c.HeadDim, c.RotaryDim, c.Hidden = 256, 64, 1024 }},
 		{"rope type spelled type", func(m map[string]any) {
 			rp := text(m)["rope_parameters"].(map[string]any)
 			delete(rp, "rope_type")
@@ -197,12 +199,6 @@ func TestToleratedVariants(t *testing.T) {
 		}, nil},
 		{"no layer_types", func(m map[string]any) { delete(text(m), "layer_types") }, nil},
 		{"no full_attention_interval", func(m map[string]any) { delete(text(m), "full_attention_interval") }, nil},
-		{"head_dim derived", func(m map[string]any) { delete(text(m), "head_dim") }, nil},
-		{"num_local_experts", func(m map[string]any) {
-			text(m)["num_local_experts"] = text(m)["num_experts"]
-			delete(text(m), "num_experts")
-		}, nil},
-		{"both expert spellings, equal", func(m map[string]any) { text(m)["num_local_experts"] = 8.0 }, nil},
 		{"tie only at the top", func(m map[string]any) { delete(text(m), "tie_word_embeddings") }, nil},
 		{"tie only in text_config", func(m map[string]any) { delete(m, "tie_word_embeddings") }, nil},
 		{"nulls are absent", func(m map[string]any) { text(m)["rope_scaling"] = nil; m["quantization"] = nil }, nil},

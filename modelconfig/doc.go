@@ -16,7 +16,13 @@
 // the parser of one architecture; text_config.model_type must be one the
 // architecture accepts. Unknown types are refused with ErrUnsupported and
 // the list of supported ones. A new architecture (gemma4 / gemma4_text)
-// registers itself from its own file without touching the others.
+// registers itself from its own file without touching the others: its
+// Parse reads its fields through Object (aliases, bounds and errors come
+// with it), fills the common fields and keeps the rest in Config.Extra;
+// the checks every architecture must pass (layer pattern length, top-k
+// within the experts, heads dividing, ...) then run on the result, their
+// errors naming the transformers field names. A Registry other than the
+// default (Default().Clone()) serves tests and experiments.
 //
 //	architecture  top-level model_type                     text_config.model_type
 //	qwen3_next    qwen3_next (flat)                        qwen3_next
@@ -33,33 +39,48 @@
 //
 // # Key aliases and defaults
 //
-//	field                    also read as / from                          when absent
-//	num_experts              num_local_experts (Mixtral style)            required
-//	head_dim                 -                                            hidden_size / num_attention_heads (must divide)
-//	rope_theta               rope_parameters.rope_theta (transformers v5),  10000
-//	                         rope_scaling.rope_theta (v4)
-//	partial_rotary_factor    rope_parameters / rope_scaling, same key     0.25
-//	rope_parameters          per layer type: its full_attention entry     -
-//	rope type                rope_type or type: default, mrope (text: plain RoPE)
-//	full-attention layers    layer_types (transformers)                   every full_attention_interval-th layer (4), as mlx-lm
-//	tie_word_embeddings      text_config's or the top level's             false
-//	quantization             quantization_config (the transformers name;  not quantized
-//	                         mlx-lm writes both, identical, and reads
-//	                         quantization first), at the top level or in
-//	                         text_config
-//	quantization[module]     keyed with or without "language_model.",     the global bits / group_size
-//	                         "model." or "model.language_model."
-//	norm_topk_prob           -                                            true (transformers; mlx-lm's qwen3_next says false)
-//	rms_norm_eps             -                                            1e-6
-//	attn_output_gate         -                                            true
-//	decoder_sparse_step      qwen3_next only; qwen3_5_moe must be 1       1
-//	mlp_only_layers          qwen3_next only; qwen3_5_moe must be empty   none
+// Where transformers and mlx-lm read a config differently (their defaults,
+// or which of two places wins) the config must make the answer the same
+// for both, or it is refused. What transformers 5.17 does was checked on
+// variants: testdata/transformers (README.md there).
 //
-// When two spellings of one field are both present they must agree, and so
-// must layer_types with an explicit full_attention_interval, a top-level
-// rope_theta with rope_parameters', and the two tie_word_embeddings: a
-// disagreement means transformers and mlx-lm would run different models,
-// so it is refused rather than resolved.
+//	field                  read from / as                                  when absent
+//	num_experts            num_experts (transformers reads no alias here)  required
+//	head_dim               head_dim                                        hidden_size / num_attention_heads when
+//	                                                                       that is 256 (transformers' default);
+//	                                                                       else refused (mlx-lm derives it)
+//	rope_theta             qwen3_next: rope_theta, rope_scaling.rope_theta, required (defaults differ)
+//	                       rope_parameters.rope_theta, all that are
+//	                       present agreeing (mlx-lm reads the top level,
+//	                       transformers v5 rope_parameters);
+//	                       qwen3_5_moe: rope_parameters.rope_theta (both
+//	                       read it first; mlx-lm nothing else)
+//	partial_rotary_factor  as rope_theta; qwen3_5_moe: a top-level value   0.25
+//	                       other than 0.25 not repeated in rope_parameters
+//	                       is refused
+//	rope_parameters        per layer type: its full_attention entry        -
+//	rope type              rope_type or type: default, mrope (text: plain RoPE)
+//	full-attention layers  layer_types (transformers); with an explicit    every full_attention_interval-th layer
+//	                       full_attention_interval (mlx-lm) they agree     (4), as mlx-lm
+//	tie_word_embeddings    text_config's or the top level's (agreeing)     false
+//	quantization           quantization_config (the transformers name;     not quantized
+//	                       mlx-lm writes both, identical, and reads
+//	                       quantization first), at the top level or in
+//	                       text_config
+//	quantization[module]   keyed with or without "language_model.",        the global bits / group_size
+//	                       "model." or "model.language_model."
+//	norm_topk_prob         qwen3_5_moe must not say false                  true (transformers; mlx-lm's qwen3_next
+//	                                                                       says false)
+//	rms_norm_eps           -                                               1e-6
+//	attn_output_gate       -                                               true
+//	decoder_sparse_step    qwen3_next only; qwen3_5_moe must be 1          1
+//	mlp_only_layers        qwen3_next only; qwen3_5_moe must be empty      none
+//
+// Two divergences are resolved as mlx-lm resolves them, since qpack runs
+// MLX checkpoints and the tensor shapes then decide: a flat qwen3_5_moe
+// config (transformers ignores flat fields there and takes its class
+// defaults) and a top-level "qwen3_5" with num_experts (transformers builds
+// the dense Qwen3.5).
 //
 // # Quantization
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Object is one JSON object of a config (the top level, text_config,
@@ -24,7 +25,12 @@ func newObject(path string, m map[string]json.RawMessage, p *problems) *Object {
 }
 
 // Field is the path of key in error messages ("text_config.hidden_size").
-func (o *Object) Field(key string) string { return o.path + key }
+func (o *Object) Field(key string) string {
+	if key == "" {
+		return strings.TrimSuffix(o.path, ".")
+	}
+	return o.path + key
+}
 
 // Fail records a problem at key.
 func (o *Object) Fail(key, format string, args ...any) {

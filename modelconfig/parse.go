@@ -13,7 +13,8 @@ import (
 // FileName is the name of the config file in a checkpoint or container.
 const FileName = "config.json"
 
-// Load reads and parses dir/config.json. Errors name the file's path.
+// Load reads and parses dir/config.json with the default registry. Errors
+// name the file's path.
 func Load(dir string) (*Config, error) {
 	path := filepath.Join(dir, FileName)
 	data, err := ReadFile(path)
@@ -45,7 +46,10 @@ func ReadFile(path string) ([]byte, error) {
 // problem found (each an *Error naming the field); errors.Is(err,
 // ErrConfig) is true for it, and errors.Is(err, ErrUnsupported) when the
 // architecture is not one the registry knows.
-func Parse(data []byte, file string) (*Config, error) {
+func Parse(data []byte, file string) (*Config, error) { return defaultRegistry.Parse(data, file) }
+
+// Parse is the package's Parse with the architectures of r.
+func (r *Registry) Parse(data []byte, file string) (*Config, error) {
 	if file == "" {
 		file = FileName
 	}
@@ -67,7 +71,7 @@ func Parse(data []byte, file string) (*Config, error) {
 	declared := top.OptString("model_type")
 	if declared == "" {
 		if len(p.list) == 0 {
-			p.list = append(p.list, &Error{File: file, Field: "model_type", Msg: "missing", Supported: Supported()})
+			p.list = append(p.list, &Error{File: file, Field: "model_type", Msg: "missing", Supported: r.Supported()})
 		}
 		return nil, p.err()
 	}
@@ -80,9 +84,9 @@ func Parse(data []byte, file string) (*Config, error) {
 		d.Text, d.Nested = t, true
 		d.TextDeclared = t.OptString("model_type")
 	}
-	arch := lookup(declared)
+	arch := r.lookup(declared)
 	if arch == nil {
-		p.list = append(p.list, &Error{File: file, Field: "model_type", Msg: fmt.Sprintf("%q is not supported", declared), Supported: Supported()})
+		p.list = append(p.list, &Error{File: file, Field: "model_type", Msg: fmt.Sprintf("%q is not supported", declared), Supported: r.Supported()})
 		return nil, p.err()
 	}
 	if d.Nested && d.TextDeclared != "" && !slices.Contains(arch.TextModelTypes, d.TextDeclared) {
@@ -99,7 +103,7 @@ func Parse(data []byte, file string) (*Config, error) {
 		return nil, p.err()
 	}
 	c.ModelType, c.Declared, c.TextDeclared, c.Nested = arch.Name, declared, d.TextDeclared, d.Nested
-	checkCommon(c, d)
+	checkCommon(c, d, r)
 	if err := p.err(); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,7 @@ func Parse(data []byte, file string) (*Config, error) {
 
 // checkCommon holds the rules every architecture's description must keep,
 // whatever parsed it.
-func checkCommon(c *Config, d *Document) {
+func checkCommon(c *Config, d *Document, r *Registry) {
 	f := d.Text.Fail
 	if c.Layers < 1 || len(c.FullAttention) != c.Layers || len(c.Sparse) != c.Layers {
 		f("num_hidden_layers", "%d layers, but %d attention kinds and %d MLP kinds resolved", c.Layers, len(c.FullAttention), len(c.Sparse))
@@ -131,7 +135,7 @@ func checkCommon(c *Config, d *Document) {
 	}
 	if !sparse {
 		d.Top.p.list = append(d.Top.p.list, &Error{File: d.File, Field: "num_experts",
-			Msg: "no layer has routed experts: a dense model, which qpack does not run", Supported: Supported()})
+			Msg: "no layer has routed experts: a dense model, which qpack does not run", Supported: r.Supported()})
 	}
 	if slices.Contains(c.Sparse, false) && c.Intermediate < 1 {
 		f("intermediate_size", "missing, but some layers have a dense MLP")

@@ -20,6 +20,10 @@ func init() {
 	})
 }
 
+// qwenDefaultHeadDim is transformers' default head_dim for both Qwen
+// architectures.
+const qwenDefaultHeadDim = 256
+
 var (
 	dimBound    = Bound{1, MaxDim, "MaxDim"}
 	headBound   = Bound{1, MaxHeads, "MaxHeads"}
@@ -28,7 +32,7 @@ var (
 )
 
 func parseQwen3Next(d *Document) *Config {
-	c := parseHybrid(d)
+	c := parseHybrid(d, false)
 	t := d.Text
 	c.Prefix, c.HeadPrefix = "model.", "lm_head."
 	c.NormTopK, _ = t.OptBool(true, "norm_topk_prob")
@@ -48,12 +52,12 @@ func parseQwen3Next(d *Document) *Config {
 
 func parseQwen35MoE(d *Document) *Config {
 	t := d.Text
-	if d.Declared == "qwen3_5" && !t.Has("num_experts", "num_local_experts") {
+	if d.Declared == "qwen3_5" && !t.Has("num_experts") {
 		t.p.list = append(t.p.list, &Error{File: d.File, Field: "model_type",
 			Msg: `"qwen3_5" without num_experts: a dense Qwen3.5, which qpack does not run (it runs MoE checkpoints)`, Supported: Supported()})
 		return nil
 	}
-	c := parseHybrid(d)
+	c := parseHybrid(d, true)
 	c.Prefix, c.HeadPrefix = "language_model.model.", "language_model.lm_head."
 	if d.Declared == "qwen3_5_moe_text" && !d.Nested {
 		// A bare text model (transformers' Qwen3_5MoeForCausalLM).
@@ -82,7 +86,7 @@ func parseQwen35MoE(d *Document) *Config {
 }
 
 // parseHybrid reads what the two Qwen architectures share.
-func parseHybrid(d *Document) *Config {
+func parseHybrid(d *Document, ropeParamsWin bool) *Config {
 	t := d.Text
 	c := &Config{}
 	c.Hidden, _ = t.Int(dimBound, "hidden_size")
@@ -93,11 +97,15 @@ func parseHybrid(d *Document) *Config {
 	if t.Has("head_dim") {
 		c.HeadDim, _ = t.Int(Bound{2, MaxDim, "MaxDim"}, "head_dim")
 	} else if c.Hidden > 0 && c.Heads > 0 {
-		// transformers and mlx-lm: hidden_size / num_attention_heads.
-		if c.Hidden%c.Heads != 0 {
+		// mlx-lm derives hidden_size / num_attention_heads, transformers
+		// takes its class default 256: only when they agree is it known.
+		switch {
+		case c.Hidden%c.Heads != 0:
 			t.Fail("head_dim", "missing, and hidden_size %d is not a multiple of num_attention_heads %d to derive it", c.Hidden, c.Heads)
-		} else {
-			c.HeadDim = c.Hidden / c.Heads
+		case c.Hidden/c.Heads != qwenDefaultHeadDim:
+			t.Fail("head_dim", "missing: mlx-lm derives hidden_size / num_attention_heads = %d, transformers takes %d", c.Hidden/c.Heads, qwenDefaultHeadDim)
+		default:
+			c.HeadDim = qwenDefaultHeadDim
 		}
 	}
 	c.ConvKernel, _ = t.Int(Bound{1, MaxConvWidth, "MaxConvWidth"}, "linear_conv_kernel_dim")
@@ -105,7 +113,7 @@ func parseHybrid(d *Document) *Config {
 	c.LinValHeadDim, _ = t.Int(dimBound, "linear_value_head_dim")
 	c.LinKeyHeads, _ = t.Int(headBound, "linear_num_key_heads")
 	c.LinValueHeads, _ = t.Int(headBound, "linear_num_value_heads")
-	c.Experts, _ = t.Int(expertBound, "num_experts", "num_local_experts")
+	c.Experts, _ = t.Int(expertBound, "num_experts") // transformers reads no alias for it here
 	c.TopK, _ = t.Int(expertBound, "num_experts_per_tok")
 	c.MoEIntermediate, _ = t.Int(dimBound, "moe_intermediate_size")
 	c.SharedIntermediate, _ = t.OptInt(0, Bound{0, MaxDim, "MaxDim"}, "shared_expert_intermediate_size")
@@ -124,7 +132,7 @@ func parseHybrid(d *Document) *Config {
 	}
 	c.AttnOutputGate, _ = t.OptBool(true, "attn_output_gate")
 
-	c.RopeTheta, c.RotaryDim = parseRope(t, c.HeadDim)
+	c.RopeTheta, c.RotaryDim = parseRope(t, c.HeadDim, ropeParamsWin)
 	c.TieWordEmbeddings = parseTie(d)
 	c.FullAttention = parseLayerTypes(t, c.Layers)
 	c.Quant = quantOfDocument(d)
@@ -155,28 +163,32 @@ func parseHybrid(d *Document) *Config {
 
 // parseRope reads the rotary base and the rotated dims. transformers v5
 // writes rope_parameters, v4 rope_scaling plus top-level rope_theta and
-// partial_rotary_factor; mlx-lm reads either. When two places give a value
-// they must agree. Multimodal RoPE (mrope_section) with the equal
-// temporal, height and width positions of text is plain RoPE.
-func parseRope(t *Object, headDim int) (theta float64, rotary int) {
-	theta, factor := 10000.0, 0.25
-	thetaFrom, factorFrom := "", ""
-	take := func(o *Object, key string, v float64, dst *float64, from *string) {
-		if *from != "" && *dst != v {
-			o.Fail(key, "%g, but %s is %g", v, *from, *dst)
-			return
-		}
-		*dst, *from = v, o.Field(key)
+// partial_rotary_factor. For qwen3_next mlx-lm reads only the top level and
+// transformers prefers rope_parameters, so every place that gives a value
+// must agree. For qwen3_5_moe (paramsWin) both read rope_parameters first,
+// and mlx-lm reads nothing else: the rotary base must be there, and a
+// top-level partial_rotary_factor other than the default 0.25 that
+// rope_parameters does not repeat is ambiguous. Multimodal RoPE
+// (mrope_section) with the equal temporal, height and width positions of
+// text is plain RoPE. (Checked against transformers 5.17:
+// testdata/transformers.)
+func parseRope(t *Object, headDim int, paramsWin bool) (theta float64, rotary int) {
+	type value struct {
+		o   *Object
+		key string
+		v   float64
 	}
+	var thetas, factors []value
 	read := func(o *Object) {
 		if v, ok := o.OptFloat(0, "rope_theta"); ok {
-			take(o, "rope_theta", v, &theta, &thetaFrom)
+			thetas = append(thetas, value{o, "rope_theta", v})
 		}
 		if v, ok := o.OptFloat(0, "partial_rotary_factor"); ok {
-			take(o, "partial_rotary_factor", v, &factor, &factorFrom)
+			factors = append(factors, value{o, "partial_rotary_factor", v})
 		}
 	}
 	read(t)
+	var params *Object
 	for _, key := range []string{"rope_scaling", "rope_parameters"} {
 		rp := t.OptObject(key)
 		if rp == nil {
@@ -191,8 +203,42 @@ func parseRope(t *Object, headDim int) (theta float64, rotary int) {
 			rp.Fail("rope_type", "%q is not supported (want default)", kind)
 		}
 		read(rp)
+		if key == "rope_parameters" {
+			params = rp
+		}
 	}
-	if !(theta > 1 && theta < 1e30) {
+	// pick resolves one parameter: rope_parameters' when it wins, else the
+	// one value every place agrees on. mlxDef is what mlx-lm's qwen3_5 takes
+	// when rope_parameters lacks it.
+	pick := func(vals []value, mlxDef float64) (float64, bool) {
+		if paramsWin && params != nil {
+			for _, v := range vals {
+				if v.o == params {
+					return v.v, true
+				}
+			}
+		}
+		if len(vals) == 0 {
+			return mlxDef, false
+		}
+		for _, v := range vals[1:] {
+			if v.v != vals[0].v {
+				v.o.Fail(v.key, "%g, but %s is %g", v.v, vals[0].o.Field(vals[0].key), vals[0].v)
+			}
+		}
+		if paramsWin && vals[0].v != mlxDef {
+			vals[0].o.Fail(vals[0].key, "%g, but not in rope_parameters, where mlx-lm reads it (taking %g instead); transformers takes this value", vals[0].v, mlxDef)
+		}
+		return vals[0].v, true
+	}
+	theta, ok := pick(thetas, 100000)
+	factor, _ := pick(factors, 0.25)
+	switch {
+	case !ok:
+		// transformers defaults it to 10000, mlx-lm requires it: a config
+		// must say.
+		t.Fail("rope_theta", "missing (also looked for in rope_parameters and rope_scaling)")
+	case !(theta > 1 && theta < 1e30):
 		t.Fail("rope_theta", "%g is out of range (1, 1e30)", theta)
 	}
 	if !(factor > 0 && factor <= 1) {

@@ -57,9 +57,24 @@ func TestRefused(t *testing.T) {
 			m["num_key_value_heads"] = 6.0
 		}, "head_dim: missing, and hidden_size 64 is not a multiple of num_attention_heads 6", false},
 		{"odd rotary", next, func(m map[string]any) { m["partial_rotary_factor"] = 0.3 }, "not a positive even integer", false},
+		{"no rope_theta", moe, func(m map[string]any) { delete(text(m)["rope_parameters"].(map[string]any), "rope_theta") }, "text_config.rope_theta: missing", false},
 		{"rope yarn", moe, func(m map[string]any) { text(m)["rope_parameters"].(map[string]any)["rope_type"] = "yarn" }, `text_config.rope_parameters.rope_type: "yarn" is not supported`, false},
-		{"rope theta disagrees", moe, func(m map[string]any) { text(m)["rope_theta"] = 1e6 }, "text_config.rope_parameters.rope_theta: 1e+07, but text_config.rope_theta is 1e+06", false},
-		{"alias disagrees", next, func(m map[string]any) { m["num_local_experts"] = 16.0 }, "num_local_experts: 16, but its alias num_experts says 8", false},
+		{"rope theta disagrees (qwen3_next)", next, func(m map[string]any) { m["rope_parameters"] = map[string]any{"rope_theta": 1e6} }, "rope_parameters.rope_theta: 1e+06, but rope_theta is 1e+07", false},
+		{"rope theta only at the top (qwen3_5_moe)", moe, func(m map[string]any) {
+			delete(text(m)["rope_parameters"].(map[string]any), "rope_theta")
+			text(m)["rope_theta"] = 1e7
+		}, "text_config.rope_theta: 1e+07, but not in rope_parameters, where mlx-lm reads it (taking 100000 instead)", false},
+		{"v4 rope keys (qwen3_5_moe)", moe, func(m map[string]any) {
+			delete(text(m), "rope_parameters")
+			text(m)["rope_theta"] = 1e7
+		}, "text_config.rope_theta: 1e+07, but not in rope_parameters", false},
+		{"partial factor only at the top (qwen3_5_moe)", moe, func(m map[string]any) {
+			delete(text(m)["rope_parameters"].(map[string]any), "partial_rotary_factor")
+			text(m)["partial_rotary_factor"] = 0.5
+		}, "text_config.partial_rotary_factor: 0.5, but not in rope_parameters", false},
+		{"num_local_experts is no alias", next, func(m map[string]any) { m["num_local_experts"] = m["num_experts"]; delete(m, "num_experts") }, "num_experts: missing", false},
+		{"head_dim absent, tools disagree", next, func(m map[string]any) { delete(m, "head_dim") }, "head_dim: missing: mlx-lm derives hidden_size / num_attention_heads = 16, transformers takes 256", false},
+		{"absurd float", next, func(m map[string]any) { m["rope_theta"] = 1e31 }, "rope_theta: 1e+31 is out of range", false},
 		{"tie disagrees", moe, func(m map[string]any) { m["tie_word_embeddings"] = true }, "text_config.tie_word_embeddings: false, but the top-level tie_word_embeddings is true", false},
 		{"gelu", next, func(m map[string]any) { m["hidden_act"] = "gelu" }, `hidden_act: "gelu" is not supported`, false},
 		{"attention bias", next, func(m map[string]any) { m["attention_bias"] = true }, "attention_bias: true is not supported", false},

@@ -37,40 +37,71 @@ type Document struct {
 	Declared, TextDeclared string
 }
 
-var (
-	regMu  sync.RWMutex
-	byType = map[string]*Arch{}
+// Registry maps model_type spellings to architectures. The package's
+// functions use the default one, which every architecture's init fills.
+type Registry struct {
+	mu     sync.RWMutex
+	byType map[string]*Arch
 	arches []*Arch
-)
+}
+
+var defaultRegistry = NewRegistry()
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{byType: map[string]*Arch{}} }
+
+// Default returns the registry Parse and Load use.
+func Default() *Registry { return defaultRegistry }
+
+// Clone returns a registry holding the same architectures, to add to
+// without changing r.
+func (r *Registry) Clone() *Registry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	c := NewRegistry()
+	for _, a := range r.arches {
+		c.arches = append(c.arches, a)
+		for _, t := range a.ModelTypes {
+			c.byType[t] = a
+		}
+	}
+	return c
+}
+
+// Register adds an architecture to the default registry.
+func Register(a Arch) { defaultRegistry.Register(a) }
+
+// Supported lists the architectures of the default registry, sorted.
+func Supported() []string { return defaultRegistry.Supported() }
 
 // Register adds an architecture. It panics when one of its model types is
 // taken (a programming error, found at init).
-func Register(a Arch) {
-	regMu.Lock()
-	defer regMu.Unlock()
+func (r *Registry) Register(a Arch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if a.Name == "" || a.Parse == nil {
 		panic("modelconfig: Register needs a Name and a Parse func")
 	}
 	types := append([]string{a.Name}, a.ModelTypes...)
 	for _, t := range types {
-		if prev, dup := byType[t]; dup && prev.Name != a.Name {
+		if prev, dup := r.byType[t]; dup {
 			panic(fmt.Sprintf("modelconfig: model_type %q registered by %s and %s", t, prev.Name, a.Name))
 		}
 	}
 	arch := a
 	arch.ModelTypes = types
 	for _, t := range types {
-		byType[t] = &arch
+		r.byType[t] = &arch
 	}
-	arches = append(arches, &arch)
+	r.arches = append(r.arches, &arch)
 }
 
 // Supported lists the registered architectures, sorted.
-func Supported() []string {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	out := make([]string, 0, len(arches))
-	for _, a := range arches {
+func (r *Registry) Supported() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.arches))
+	for _, a := range r.arches {
 		out = append(out, a.Name)
 	}
 	slices.Sort(out)
@@ -78,8 +109,8 @@ func Supported() []string {
 }
 
 // lookup finds the architecture of a top-level model_type.
-func lookup(modelType string) *Arch {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	return byType[modelType]
+func (r *Registry) lookup(modelType string) *Arch {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byType[modelType]
 }

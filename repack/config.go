@@ -1,26 +1,33 @@
 package repack
 
 import (
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
+
+	"github.com/qpack-go/qpack/modelconfig"
 )
 
 // maxConfigSize bounds config.json, which may come from the network.
-const maxConfigSize = 4 << 20
+const maxConfigSize = modelconfig.MaxBytes
 
-// ModelConfig is the part of a checkpoint's config.json that planning needs.
-// It reads both flat configs (qwen3_next) and nested ones (qwen3_5_moe keeps
-// the text model under "text_config").
+// ModelConfig is the part of a checkpoint's config.json that planning
+// needs, taken from the shared description (package modelconfig) that the
+// runner uses too, so a checkpoint the runner would refuse is refused
+// here, before a weight byte is read.
 type ModelConfig struct {
-	ModelType  string
+	ModelType  string // as config.json declares it (the container's modelName)
 	Layers     int
 	Experts    int
 	Linear     []bool // per layer: linear attention (Gated DeltaNet)
 	QuantBits  int    // global quantization; 0 when unquantized
 	QuantGroup int
+	// Model is the full description (nil for a ModelConfig built by hand).
+	Model *modelconfig.Config
 	// overrides maps a module path ("model.layers.0.mlp.gate") to its own
-	// quantization, as mlx-lm writes them.
+	// quantization, as mlx-lm writes them (used when Model is nil).
 	overrides map[string]quantSpec
 }
 
@@ -29,122 +36,71 @@ type quantSpec struct {
 	Quantized   bool
 }
 
-// ParseConfig reads config.json. file names it in errors.
+// ParseConfig reads and validates config.json with package modelconfig.
+// file names it in errors; the error wraps modelconfig.ErrConfig (and
+// modelconfig.ErrUnsupported for an architecture the runner lacks).
 func ParseConfig(data []byte, file string) (*ModelConfig, error) {
-	if len(data) > maxConfigSize {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a config may have", file, len(data), maxConfigSize)
+	m, err := modelconfig.Parse(data, file)
+	if err != nil {
+		return nil, err
 	}
-	var root map[string]json.RawMessage
-	if err := json.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("%s: not a JSON object: %v", file, err)
+	cfg := &ModelConfig{ModelType: m.Declared, Layers: m.Layers, Experts: m.Experts, Model: m, Linear: make([]bool, m.Layers)}
+	for i, full := range m.FullAttention {
+		cfg.Linear[i] = !full
 	}
-	text := root
-	if raw, ok := root["text_config"]; ok && string(raw) != "null" {
-		text = nil // a fresh map: unmarshalling into root would merge the two
-		if err := json.Unmarshal(raw, &text); err != nil {
-			return nil, fmt.Errorf("%s: text_config is not an object: %v", file, err)
-		}
-	}
-	cfg := &ModelConfig{overrides: map[string]quantSpec{}}
-	getStr(root, "model_type", &cfg.ModelType)
-	var experts, layers, interval int
-	if err := getInt(text, "num_experts", &experts); err != nil {
-		return nil, fmt.Errorf("%s: %v", file, err)
-	}
-	if experts == 0 {
-		// Other MoE configs name it differently.
-		for _, k := range []string{"num_local_experts", "n_routed_experts"} {
-			if err := getInt(text, k, &experts); err != nil {
-				return nil, fmt.Errorf("%s: %v", file, err)
-			}
-			if experts > 0 {
-				break
-			}
-		}
-	}
-	if err := getInt(text, "num_hidden_layers", &layers); err != nil {
-		return nil, fmt.Errorf("%s: %v", file, err)
-	}
-	if err := getInt(text, "full_attention_interval", &interval); err != nil {
-		return nil, fmt.Errorf("%s: %v", file, err)
-	}
-	if layers <= 0 || layers > 1024 {
-		return nil, fmt.Errorf("%s: num_hidden_layers %d is missing or out of range (1..1024)", file, layers)
-	}
-	if experts < 0 || experts > 65536 {
-		return nil, fmt.Errorf("%s: num_experts %d is out of range", file, experts)
-	}
-	cfg.Layers, cfg.Experts = layers, experts
-
-	cfg.Linear = make([]bool, layers)
-	if raw, ok := text["layer_types"]; ok && string(raw) != "null" {
-		var types []string
-		if err := json.Unmarshal(raw, &types); err != nil {
-			return nil, fmt.Errorf("%s: layer_types: %v", file, err)
-		}
-		if len(types) != layers {
-			return nil, fmt.Errorf("%s: layer_types has %d entries for %d layers", file, len(types), layers)
-		}
-		for i, t := range types {
-			cfg.Linear[i] = t == "linear_attention"
-		}
-	} else if interval > 0 {
-		for i := range cfg.Linear {
-			cfg.Linear[i] = (i+1)%interval != 0
-		}
-	}
-
-	// Quantization: mlx-lm writes "quantization" (and an identical
-	// "quantization_config"); either may sit at the top level.
-	qraw, ok := root["quantization"]
-	if !ok {
-		qraw, ok = root["quantization_config"]
-	}
-	if ok && string(qraw) != "null" {
-		var q map[string]json.RawMessage
-		if err := json.Unmarshal(qraw, &q); err != nil {
-			return nil, fmt.Errorf("%s: quantization is not an object: %v", file, err)
-		}
-		if err := getInt(q, "bits", &cfg.QuantBits); err != nil {
-			return nil, fmt.Errorf("%s: quantization: %v", file, err)
-		}
-		if err := getInt(q, "group_size", &cfg.QuantGroup); err != nil {
-			return nil, fmt.Errorf("%s: quantization: %v", file, err)
-		}
-		var mode string
-		getStr(q, "mode", &mode)
-		if mode != "" && mode != "affine" {
-			return nil, fmt.Errorf("%s: quantization mode %q is not supported (only MLX affine)", file, mode)
-		}
-		for k, v := range q {
-			switch k {
-			case "bits", "group_size", "mode", "quant_method":
-				continue
-			}
-			if string(v) == "false" {
-				cfg.overrides[k] = quantSpec{}
-				continue
-			}
-			var o map[string]json.RawMessage
-			if json.Unmarshal(v, &o) != nil {
-				continue // not a per-module override
-			}
-			s := quantSpec{Quantized: true}
-			if err := getInt(o, "bits", &s.Bits); err != nil {
-				return nil, fmt.Errorf("%s: quantization[%q]: %v", file, k, err)
-			}
-			if err := getInt(o, "group_size", &s.Group); err != nil {
-				return nil, fmt.Errorf("%s: quantization[%q]: %v", file, k, err)
-			}
-			cfg.overrides[k] = s
-		}
+	if m.Quant.Present {
+		cfg.QuantBits, cfg.QuantGroup = m.Quant.Global.Bits, m.Quant.Global.GroupSize
 	}
 	return cfg, nil
+}
+
+// FileReader reads a small file of a checkpoint source (a Source has it).
+type FileReader interface {
+	ReadFile(ctx context.Context, name string, max int64) ([]byte, error)
+}
+
+// CheckConfig reads the source's config.json and refuses a checkpoint the
+// runner cannot run. It reads only that one small file, so a Hub source is
+// refused before any shard is opened or a shard byte requested.
+func CheckConfig(ctx context.Context, src FileReader) (*ModelConfig, error) {
+	data, err := src.ReadFile(ctx, modelconfig.FileName, maxConfigSize)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Wrapped, so what the source says (absent, or not in the cache
+			// when offline) still decides the exit code.
+			return nil, fmt.Errorf("no config.json in the source (not a Hugging Face / MLX checkpoint?): %w", err)
+		}
+		return nil, err
+	}
+	return ParseConfig(data, modelconfig.FileName)
+}
+
+// checkTensors checks the config against the shard headers where only the
+// two together can tell (vocab_size against the embedding rows, ...).
+func (c *ModelConfig) checkTensors(shards []SourceShard) error {
+	if c.Model == nil {
+		return nil
+	}
+	return c.Model.CheckTensors(modelconfig.FileName, func(name string) ([]int64, bool) {
+		for _, sh := range shards {
+			if t, ok := sh.Header.Tensor(name); ok {
+				return t.Shape, true
+			}
+		}
+		return nil, false
+	})
 }
 
 // quantFor returns the declared quantization of a module path: its override
 // if there is one, else the global setting.
 func (c *ModelConfig) quantFor(module string) (bits, group int) {
+	if c.Model != nil {
+		p, ok := c.Model.Quant.For(module)
+		if !ok {
+			return 0, 0
+		}
+		return p.Bits, p.GroupSize
+	}
 	if s, ok := c.overrides[module]; ok {
 		if !s.Quantized {
 			return 0, 0
@@ -152,28 +108,6 @@ func (c *ModelConfig) quantFor(module string) (bits, group int) {
 		return s.Bits, s.Group
 	}
 	return c.QuantBits, c.QuantGroup
-}
-
-func getInt(m map[string]json.RawMessage, key string, dst *int) error {
-	raw, ok := m[key]
-	if !ok || string(raw) == "null" {
-		return nil
-	}
-	var f float64
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("%s is not a number", key)
-	}
-	if f != float64(int64(f)) || f < -1<<40 || f > 1<<40 {
-		return fmt.Errorf("%s = %v is not a sane integer", key, f)
-	}
-	*dst = int(f)
-	return nil
-}
-
-func getStr(m map[string]json.RawMessage, key string, dst *string) {
-	if raw, ok := m[key]; ok {
-		_ = json.Unmarshal(raw, dst)
-	}
 }
 
 // Override is one per-module quantization entry of config.json.
@@ -186,9 +120,18 @@ type Override struct {
 
 // Overrides lists the per-module quantization overrides, sorted by module.
 func (c *ModelConfig) Overrides() []Override {
-	out := make([]Override, 0, len(c.overrides))
-	for k, v := range c.overrides {
-		out = append(out, Override{Module: k, Quantized: v.Quantized, Bits: v.Bits, GroupSize: v.Group})
+	var out []Override
+	if c.Model != nil {
+		for k, v := range c.Model.Quant.Overrides {
+			out = append(out, Override{Module: k, Quantized: true, Bits: v.Bits, GroupSize: v.GroupSize})
+		}
+		for k := range c.Model.Quant.Disabled {
+			out = append(out, Override{Module: k})
+		}
+	} else {
+		for k, v := range c.overrides {
+			out = append(out, Override{Module: k, Quantized: v.Quantized, Bits: v.Bits, GroupSize: v.Group})
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Module < out[j].Module })
 	return out

@@ -176,6 +176,9 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 	if o.Connections <= 0 {
 		o.Connections = 2
 	}
+	if _, err := CheckConfig(ctx, src); err != nil { // before any shard byte
+		return nil, err
+	}
 	if err := src.OpenShards(ctx); err != nil {
 		return nil, err
 	}
@@ -185,21 +188,18 @@ func run(ctx context.Context, o Options, start time.Time) (*Result, error) {
 // PlanSource reads config.json and every shard header of src and builds the
 // plan; any inconsistency is an error that names the file and tensor.
 func PlanSource(ctx context.Context, src *Source) (*Plan, error) {
-	data, err := src.ReadFile(ctx, "config.json", maxConfigSize)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !errors.Is(err, hfhub.ErrNotCached) {
-			return nil, fmt.Errorf("the source has no config.json: not a Hugging Face / MLX checkpoint")
-		}
-		return nil, err
-	}
-	cfg, err := ParseConfig(data, "config.json")
+	cfg, err := CheckConfig(ctx, src)
 	if err != nil {
 		return nil, err
 	}
 	if err := src.OpenShards(ctx); err != nil {
 		return nil, err
 	}
-	return BuildPlan(cfg, sourceShards(src))
+	shards := sourceShards(src)
+	if err := cfg.checkTensors(shards); err != nil {
+		return nil, err
+	}
+	return BuildPlan(cfg, shards)
 }
 
 func repack(ctx context.Context, o Options, src *Source, start time.Time) (*Result, error) {

@@ -496,7 +496,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 			cfgPath := filepath.Join(dir, "config.json")
 			b, _ := os.ReadFile(cfgPath)
 			os.WriteFile(cfgPath, []byte(strings.Replace(string(b), `"num_experts": 8`, `"num_experts": 3`, 1)), 0o644)
-		}, "does not start with the 3 experts"},
+		}, "text_config.num_experts: 3, but tensor language_model.model.layers.0.mlp.gate.weight"},
 		{"not an MLX checkpoint", func(dir string) {
 			for _, sh := range []string{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"} {
 				rewriteShard(t, dir, sh, func(specs []safetensors.Spec, data map[string][]byte) ([]safetensors.Spec, map[string][]byte) {

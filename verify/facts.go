@@ -1,12 +1,16 @@
 package verify
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/safetensors"
 	"github.com/zeebo/blake3"
@@ -22,12 +26,12 @@ import (
 
 // Quantizations MLX affine uses.
 var (
-	quantBitsAllowed  = []int{2, 3, 4, 5, 6, 8}
-	quantGroupAllowed = []int{32, 64, 128}
+	quantBitsAllowed  = modelconfig.QuantBitsAllowed
+	quantGroupAllowed = modelconfig.QuantGroupAllowed
 )
 
 // maxConfigSize bounds config.json read from a container.
-const maxConfigSize = 16 << 20
+const maxConfigSize = modelconfig.MaxBytes
 
 const configName = "config.json"
 
@@ -53,10 +57,11 @@ func (v *verifier) checkFacts() {
 			}
 		}
 	}
-	cfg := v.readConfig()
+	data, cfg := v.readConfig()
 	if cfg == nil {
 		return
 	}
+	v.checkRunnable(data)
 	if raw, ok := cfg["model_type"]; ok {
 		var mt string
 		if err := json.Unmarshal(raw, &mt); err != nil {
@@ -69,7 +74,7 @@ func (v *verifier) checkFacts() {
 		return
 	}
 	prefix, found := v.modelPrefix()
-	dq, err := declaredQuant(cfg, prefix, found, sectionProjections(v.layout))
+	dq, err := declaredQuant(data, prefix, found, sectionProjections(v.layout))
 	if err != nil {
 		v.note("%s: %v: quantBits and quantGroupSize not checked against it", configName, err)
 		return
@@ -79,34 +84,139 @@ func (v *verifier) checkFacts() {
 	}
 }
 
-// readConfig returns config.json's top-level object, or nil (with a note)
-// when there is none to trust: absent, damaged (its digest does not match;
-// the digest pass reports that), too large, or not a JSON object.
-func (v *verifier) readConfig() map[string]json.RawMessage {
+// readConfig returns config.json's bytes and top-level object, or nil
+// (with a note) when there is none to trust: absent, damaged (its digest
+// does not match; the digest pass reports that), too large, or not a JSON
+// object.
+func (v *verifier) readConfig() ([]byte, map[string]json.RawMessage) {
 	if _, listed := v.man.Files[configName]; !listed {
 		v.note("the container holds no %s: modelName, quantBits and quantGroupSize are checked against the layout only", configName)
-		return nil
+		return nil, nil
 	}
 	if _, ok := v.stats[configName]; !ok {
-		return nil // missing or wrong size: reported
+		return nil, nil // missing or wrong size: reported
 	}
 	data, err := v.readBounded(configName, maxConfigSize)
 	if err != nil {
 		v.note("%v: not checked against the manifest", err)
-		return nil
+		return nil, nil
 	}
 	if v.man.Ext != nil {
 		sum := blake3.Sum256(data)
 		if hex.EncodeToString(sum[:]) != v.man.Ext.FileDigests[configName] {
-			return nil // the digest pass reports it
+			return nil, nil // the digest pass reports it
 		}
 	}
 	var cfg map[string]json.RawMessage
 	if err := json.Unmarshal(data, &cfg); err != nil || cfg == nil {
 		v.note("%s is not a JSON object: the manifest is not checked against it", configName)
+		return nil, nil
+	}
+	return data, cfg
+}
+
+// checkRunnable parses config.json as the runner does (package
+// modelconfig): a container whose config the runner refuses is unusable,
+// each problem named by its field. The config is also checked against the
+// layout (layers, experts, which layers are linear attention) and the
+// dense tensors (vocab_size against the embedding rows, ...).
+func (v *verifier) checkRunnable(data []byte) {
+	bad := func(key, msg string) {
+		v.problem(Problem{Scope: ScopeContainer, Kind: KindStructure, File: configName, Key: key, Message: msg})
+	}
+	mc, err := modelconfig.Parse(data, configName)
+	if err != nil {
+		var list modelconfig.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				c := *e
+				c.File, c.Field = "", ""
+				bad(e.Field, c.Error()+": the runner cannot run this model")
+			}
+			return
+		}
+		bad("", err.Error())
+		return
+	}
+	if l := v.layout; l != nil {
+		field := func(k string) string {
+			if mc.Nested {
+				return "text_config." + k
+			}
+			return k
+		}
+		if l.LayerCount != mc.Layers {
+			bad(field("num_hidden_layers"), fmt.Sprintf("%d, but %s has %d layers", mc.Layers, qpack.LayoutName, l.LayerCount))
+		} else if len(l.LinearLayers) == mc.Layers {
+			for i, lin := range l.LinearLayers {
+				if lin == mc.FullAttention[i] {
+					kind := map[bool]string{true: "full attention", false: "linear attention"}
+					bad(field("layer_types"), fmt.Sprintf("layer %d is %s, but %s has it as %s", i, kind[mc.FullAttention[i]], qpack.LayoutName, kind[!lin]))
+					break
+				}
+			}
+		}
+		if l.ExpertCount != mc.Experts {
+			bad(field("num_experts"), fmt.Sprintf("%d, but %s has %d experts per layer", mc.Experts, qpack.LayoutName, l.ExpertCount))
+		}
+	}
+	if v.dense != nil {
+		err := mc.CheckTensors(configName, func(name string) ([]int64, bool) {
+			t, ok := v.dense.Tensor(name)
+			return t.Shape, ok
+		})
+		var list modelconfig.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				bad(e.Field, e.Msg+" in "+qpack.DenseName)
+			}
+		}
+	}
+}
+
+// CheckConfig refuses a container whose config.json the runner cannot run
+// (the error wraps modelconfig.ErrConfig), reading nothing else: a caller
+// runs it before opening a source for a deep check, so such a container
+// costs no source request. A config.json that is absent, unreadable or
+// does not match its digest is left to Verify to report (nil here).
+func CheckConfig(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
 		return nil
 	}
-	return cfg
+	defer root.Close()
+	read := func(name string, limit int64) []byte {
+		if st, err := root.Lstat(name); err != nil || !st.Mode().IsRegular() {
+			return nil
+		}
+		f, err := root.Open(name)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		data, err := io.ReadAll(io.LimitReader(f, limit+1))
+		if err != nil || int64(len(data)) > limit {
+			return nil
+		}
+		return data
+	}
+	mdata := read(qpack.ManifestName, qpack.MaxManifestSize)
+	cdata := read(configName, maxConfigSize)
+	if mdata == nil || cdata == nil {
+		return nil
+	}
+	man, err := qpack.ParseManifest(mdata)
+	if err != nil {
+		return nil
+	}
+	if man.Ext != nil {
+		sum := blake3.Sum256(cdata)
+		if hex.EncodeToString(sum[:]) != man.Ext.FileDigests[configName] {
+			return nil
+		}
+	}
+	_, err = modelconfig.Parse(cdata, filepath.Join(dir, configName))
+	return err
 }
 
 // modelPrefix finds the text before "layers.0.mlp." in the dense tensor
@@ -273,110 +383,49 @@ type declQuant struct {
 	where       string // "the global setting", or the module path of the override
 }
 
-// declaredQuant reads config.json's "quantization" (or
-// "quantization_config") for the layer-0 expert projections: a per-module
-// override "<prefix>layers.0.mlp.switch_mlp.<proj>" (or switch_glu) if one
-// is present, else the global bits and group_size. With no prefix known
-// (havePrefix false) only the global setting is used. Every projection
+// declaredQuant reads the quantization config.json declares (parsed as
+// the runner parses it, package modelconfig) for the layer-0 expert
+// projections: a per-module entry for "<prefix>layers.0.mlp.switch_mlp.<proj>"
+// (or switch_glu), spelled with or without the wrapper prefixes, if there
+// is one, else the global bits and group_size. With no prefix known
+// (havePrefix false) the bare module path is looked up. Every projection
 // must resolve to the same answer.
-func declaredQuant(cfg map[string]json.RawMessage, prefix string, havePrefix bool, projs []string) (*declQuant, error) {
-	raw, ok := cfg["quantization"]
-	key := "quantization"
-	if !ok {
-		raw, ok = cfg["quantization_config"]
-		key = "quantization_config"
+func declaredQuant(data []byte, prefix string, havePrefix bool, projs []string) (*declQuant, error) {
+	q, err := modelconfig.QuantOf(data, configName)
+	if err != nil {
+		return nil, err
 	}
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+	if !q.Present {
 		return &declQuant{where: "no quantization"}, nil
 	}
-	var q map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &q); err != nil || q == nil {
-		return nil, fmt.Errorf("%s is not an object", key)
+	if !havePrefix {
+		prefix = ""
 	}
-	global := &declQuant{quantized: true, where: key + " bits/group_size"}
-	if err := intField(q, "bits", &global.bits); err != nil {
-		return nil, fmt.Errorf("%s: %v", key, err)
-	}
-	if err := intField(q, "group_size", &global.group); err != nil {
-		return nil, fmt.Errorf("%s: %v", key, err)
-	}
+	global := &declQuant{quantized: true, bits: q.Global.Bits, group: q.Global.GroupSize, where: "quantization bits/group_size"}
 	var out *declQuant
 	for _, proj := range projs {
 		d := global
-		if havePrefix {
-			for _, sw := range []string{"switch_mlp", "switch_glu"} {
-				module := prefix + "layers.0.mlp." + sw + "." + proj
-				o, ok := q[module]
-				if !ok {
-					continue
-				}
-				var err error
-				if d, err = override(o, global, key, module); err != nil {
-					return nil, err
-				}
-				break
+		for _, sw := range []string{"switch_mlp", "switch_glu"} {
+			module := prefix + "layers.0.mlp." + sw + "." + proj
+			p, ok := q.For(module)
+			if ok && p == q.Global {
+				continue // no entry of its own (or one equal to the global)
 			}
+			d = &declQuant{quantized: ok, bits: p.Bits, group: p.GroupSize, where: "quantization[" + module + "]"}
+			if !ok {
+				d.where += " = false"
+			}
+			break
 		}
 		if out != nil && (out.quantized != d.quantized || out.bits != d.bits || out.group != d.group) {
-			return nil, fmt.Errorf("%s declares different quantizations for the expert projections (%s, %s)", key, out.describe(), d.describe())
+			return nil, fmt.Errorf("quantization declares different quantizations for the expert projections (%s, %s)", out.describe(), d.describe())
 		}
 		out = d
 	}
 	if out == nil {
 		out = global
 	}
-	if out.quantized && (out.bits == 0 || out.group == 0) {
-		return nil, fmt.Errorf("%s gives no bits or group_size", out.where)
-	}
 	return out, nil
-}
-
-// override reads one per-module entry: false (not quantized), true (the
-// global setting) or an object of bits and group_size (each defaulting to
-// the global one).
-func override(raw json.RawMessage, global *declQuant, key, module string) (*declQuant, error) {
-	where := key + "[" + module + "]"
-	switch string(bytes.TrimSpace(raw)) {
-	case "false":
-		return &declQuant{where: where + " = false"}, nil
-	case "true":
-		d := *global
-		d.where = where
-		return &d, nil
-	}
-	var o map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &o); err != nil || o == nil {
-		return nil, fmt.Errorf("%s is neither an object nor a boolean", where)
-	}
-	d := &declQuant{quantized: true, bits: global.bits, group: global.group, where: where}
-	if err := intField(o, "bits", &d.bits); err != nil {
-		return nil, fmt.Errorf("%s: %v", where, err)
-	}
-	if err := intField(o, "group_size", &d.group); err != nil {
-		return nil, fmt.Errorf("%s: %v", where, err)
-	}
-	return d, nil
-}
-
-// intField sets *dst from an integer field, leaving it when absent or null.
-func intField(m map[string]json.RawMessage, k string, dst *int) error {
-	raw, ok := m[k]
-	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil
-	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err != nil || n <= 0 || n > 1<<20 {
-		return fmt.Errorf("%s is not a positive integer: %s", k, truncate(string(raw), 40))
-	}
-	*dst = n
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 func (d *declQuant) describe() string {
@@ -410,4 +459,11 @@ func (d *declQuant) check(bits, group *int) []factProblem {
 		out = append(out, factProblem{"quantGroupSize", fmt.Sprintf("%s, but %s declares %d (%s)", show(group), configName, d.group, d.where)})
 	}
 	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }

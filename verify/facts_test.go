@@ -3,12 +3,14 @@ package verify
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/zeebo/blake3"
 )
@@ -167,13 +169,6 @@ func TestFactsOverride(t *testing.T) {
 
 func TestDeclaredQuant(t *testing.T) {
 	projs := qpack.Projections
-	parse := func(s string) map[string]json.RawMessage {
-		var m map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(s), &m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	for _, c := range []struct {
 		name, cfg, prefix string
 		havePrefix        bool
@@ -186,11 +181,18 @@ func TestDeclaredQuant(t *testing.T) {
 		{"override glu", `{"quantization": {"bits": 4, "group_size": 32,
 			"model.layers.0.mlp.switch_glu.gate_proj": {"bits": 8, "group_size": 32},
 			"model.layers.0.mlp.switch_glu.up_proj": {"bits": 8, "group_size": 32},
-			"model.layers.0.mlp.switch_glu.down_proj": {"bits": 8}}}`, "model.", true, &declQuant{quantized: true, bits: 8, group: 32}},
-		{"override other prefix ignored", `{"quantization": {"bits": 4, "group_size": 64,
-			"model.layers.0.mlp.switch_mlp.gate_proj": {"bits": 8, "group_size": 32}}}`, "language_model.model.", true, &declQuant{quantized: true, bits: 4, group: 64}},
-		{"no prefix: global only", `{"quantization": {"bits": 4, "group_size": 64,
-			"model.layers.0.mlp.switch_mlp.gate_proj": {"bits": 8, "group_size": 32}}}`, "", false, &declQuant{quantized: true, bits: 4, group: 64}},
+			"model.layers.0.mlp.switch_glu.down_proj": {"bits": 8, "group_size": 32}}}`, "model.", true, &declQuant{quantized: true, bits: 8, group: 32}},
+		// mlx reads a missing group_size as its default 64 or as the
+		// global 32, depending on the version: refused, not guessed.
+		{"override ambiguous", `{"quantization": {"bits": 4, "group_size": 32,
+			"model.layers.0.mlp.switch_glu.down_proj": {"bits": 8}}}`, "model.", true, nil},
+		{"override under another prefix applies", `{"quantization": {"bits": 4, "group_size": 64,
+			"model.layers.0.mlp.switch_mlp.gate_proj": {"bits": 8, "group_size": 32},
+			"model.layers.0.mlp.switch_mlp.up_proj": {"bits": 8, "group_size": 32},
+			"layers.0.mlp.switch_mlp.down_proj": {"bits": 8, "group_size": 32}}}`, "language_model.model.", true, &declQuant{quantized: true, bits: 8, group: 32}},
+		{"no prefix: bare module paths", `{"quantization": {"bits": 4, "group_size": 64,
+			"model.layers.0.mlp.switch_mlp.gate_proj": {"bits": 8, "group_size": 32}}}`, "", false, nil},
+		{"no prefix, no entries: global", `{"quantization": {"bits": 4, "group_size": 64, "model.layers.0.mlp.gate": {"bits": 8, "group_size": 64}}}`, "", false, &declQuant{quantized: true, bits: 4, group: 64}},
 		{"override false", `{"quantization": {"bits": 4, "group_size": 64,
 			"m.layers.0.mlp.switch_mlp.gate_proj": false, "m.layers.0.mlp.switch_mlp.up_proj": false,
 			"m.layers.0.mlp.switch_mlp.down_proj": false}}`, "m.", true, &declQuant{}},
@@ -202,7 +204,7 @@ func TestDeclaredQuant(t *testing.T) {
 		{"not an object", `{"quantization": [4, 64]}`, "model.", true, nil},
 		{"override not an object", `{"quantization": {"bits": 4, "group_size": 64, "model.layers.0.mlp.switch_mlp.up_proj": 8}}`, "model.", true, nil},
 	} {
-		got, err := declaredQuant(parse(c.cfg), c.prefix, c.havePrefix, projs)
+		got, err := declaredQuant([]byte(c.cfg), c.prefix, c.havePrefix, projs)
 		if c.want == nil {
 			if err == nil {
 				t.Errorf("%s: %+v, want an error", c.name, got)
@@ -249,5 +251,51 @@ func TestLayoutQuantCheck(t *testing.T) {
 		if strings.Join(keys, ",") != strings.Join(c.keys, ",") {
 			t.Errorf("%s: problems %v, want keys %v", c.name, got, c.keys)
 		}
+	}
+}
+
+// A container whose config.json the runner refuses is unusable, the field
+// named; so is one whose config disagrees with its layout or dense tensors.
+// CheckConfig refuses it before any source is opened.
+func TestFactsRunnable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(m map[string]any)
+		key  string
+		msg  string
+	}{
+		{"top-k above experts", func(m map[string]any) { m["num_experts_per_tok"] = 9 }, "num_experts_per_tok", "9 is more than num_experts 8"},
+		{"absurd hidden", func(m map[string]any) { m["hidden_size"] = 1 << 40 }, "hidden_size", "above the limit 1048576 (MaxDim)"},
+		{"layer kinds differ from the layout", func(m map[string]any) { m["full_attention_interval"] = 2 }, "layer_types", "layer 1 is full attention, but packed_experts/layout.json has it as linear attention"},
+		{"experts differ from the layout", func(m map[string]any) { m["num_experts"] = 4 }, "num_experts", "4, but packed_experts/layout.json has 8 experts per layer"},
+		{"vocab differs from the embedding", func(m map[string]any) { m["vocab_size"] = 500 }, "vocab_size", "500, but tensor model.embed_tokens.weight has shape [384"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, "qwen3_next-q4g64")
+			rewriteConfig(t, f.dir, c.edit)
+			r := run(t, f.dir, Options{})
+			wantStatus(t, r, StatusUnusable)
+			if len(find(r, func(p Problem) bool {
+				return p.File == configName && p.Kind == KindStructure && p.Key == c.key && strings.Contains(p.Message, c.msg)
+			})) != 1 {
+				t.Fatalf("want one problem at %s %s saying %q:\n%s", configName, c.key, c.msg, dump(r))
+			}
+		})
+	}
+	f := newFixture(t, "qwen3_5_moe-q4g32")
+	if err := CheckConfig(f.dir); err != nil {
+		t.Fatalf("a good container: %v", err)
+	}
+	rewriteConfig(t, f.dir, func(m map[string]any) { m["text_config"].(map[string]any)["num_experts_per_tok"] = 9 })
+	err := CheckConfig(f.dir)
+	if !errors.Is(err, modelconfig.ErrConfig) || !strings.Contains(err.Error(), "config.json: text_config.num_experts_per_tok: 9 is more than num_experts 8") {
+		t.Fatalf("err = %v", err)
+	}
+	// A damaged config.json is Verify's to report (exit 1), not a refusal.
+	if err := os.WriteFile(filepath.Join(f.dir, configName), []byte(`{"model_type":"llama"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckConfig(f.dir); err != nil {
+		t.Fatalf("damaged config: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/qpack-go/qpack/checkpoint"
 	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/repack"
 )
 
@@ -151,7 +152,8 @@ func checkRepackDir(ctx context.Context, dir string) error {
 // during the repack.
 func repackExitCode(err error) int {
 	for _, e := range []error{repack.ErrExists, repack.ErrUnsafeOutput, hfhub.ErrRepoNotFound, hfhub.ErrRevisionNotFound,
-		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized, hfhub.ErrNotCached, checkpoint.ErrOfflineNoCache} {
+		hfhub.ErrGatedRepo, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized, hfhub.ErrNotCached, checkpoint.ErrOfflineNoCache,
+		modelconfig.ErrConfig} {
 		if errors.Is(err, e) {
 			return 2
 		}

@@ -75,6 +75,11 @@ func verifyInstall(c *cli.Context) error {
 	}
 
 	if lf.Bool("deep") || lf.String("source") != "" {
+		// A model the runner cannot run is refused from its config.json
+		// before the source is opened (no request for a shard byte).
+		if err := verify.CheckConfig(dir); err != nil {
+			return withCode(2, fmt.Errorf("verify-install: %w", err))
+		}
 		src, err := openVerifySource(c, lf, dir)
 		if err != nil {
 			return withCode(2, fmt.Errorf("verify-install --deep: %w", err))
