@@ -228,3 +228,64 @@ func TestRepackOfflineFromCache(t *testing.T) {
 		t.Fatalf("missing shard, deep verify: exit %d, %v\n%s", vfExitCode(err), err, out)
 	}
 }
+
+// The partial-cache half of testdata/hubcheck/offline.sh, with a cache our
+// own downloader wrote: one shard and tokenizer.json are removed from the
+// cache; repack --from-hf fetches exactly those (the removed shard's
+// header once more before it streams), writes nothing to the cache, and
+// makes the container a full fetch makes.
+func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
+	hub := srcHub(t)
+	cache := t.TempDir()
+	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var dl struct {
+		SnapshotDir string `json:"snapshot_dir"`
+	}
+	json.Unmarshal([]byte(out), &dl)
+	full := filepath.Join(t.TempDir(), "full.qpack")
+	if out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--no-cache", "--output", full, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	missing := []string{"model-00002-of-00003.safetensors", "tokenizer.json"}
+	for _, m := range missing {
+		blob, err := filepath.EvalSymlinks(filepath.Join(dl.SnapshotDir, m))
+		if err != nil || os.Remove(blob) != nil {
+			t.Fatalf("removing %s: %v", m, err)
+		}
+	}
+	hub.ResetLog()
+	part := filepath.Join(t.TempDir(), "part.qpack")
+	if out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--output", part, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := map[string]int64{}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got = map[string]int64{}
+		pending := false
+		for _, r := range hub.Requests() {
+			pending = pending || r.Status == 0
+			if r.Method == "GET" && r.File != "" {
+				got[r.File] += r.BodyBytes
+			}
+		}
+		if !pending || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	shard := filepath.Join(srcTiny, missing[0])
+	want := map[string]int64{missing[0]: fileSize(t, shard) + headerLen(t, shard), missing[1]: fileSize(t, filepath.Join(srcTiny, missing[1]))}
+	if len(got) != 2 || got[missing[0]] != want[missing[0]] || got[missing[1]] != want[missing[1]] {
+		t.Fatalf("fetched %v, want %v", got, want)
+	}
+	for _, m := range missing {
+		if _, err := os.Stat(filepath.Join(dl.SnapshotDir, m)); err == nil {
+			t.Errorf("%s was written back to the cache", m)
+		}
+	}
+	sameFiles(t, full, part)
+}
