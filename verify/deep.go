@@ -79,6 +79,7 @@ type DeepReport struct {
 	Shards          []ShardCheck `json:"shards"`
 	DenseTensors    int          `json:"denseTensors"`    // compared
 	ExpertSlices    int          `json:"expertSlices"`    // (layer, expert, section) slices compared
+	SideFiles       int          `json:"sideFiles"`       // config, tokenizer and template files compared whole
 	BytesCompared   int64        `json:"bytesCompared"`   // container bytes compared with the source
 	SourceBytesRead int64        `json:"sourceBytesRead"` // bytes read from the source
 	// Shared: the digest pass ran alongside, and the container files it
@@ -163,7 +164,7 @@ type deepPlan struct {
 // deepPrepare sets the defaults, checks that the source is the one the
 // manifest records and maps every container byte to its source bytes. It
 // returns nil when there is nothing to stream.
-func (v *verifier) deepPrepare() (*deepPlan, error) {
+func (v *verifier) deepPrepare(ctx context.Context) (*deepPlan, error) {
 	dc := *v.o.Deep // the caller's options stay as given
 	v.o.Deep = &dc
 	d := v.o.Deep
@@ -203,6 +204,7 @@ func (v *verifier) deepPrepare() (*deepPlan, error) {
 		return nil, nil
 	}
 	perShard := v.buildMap(src, rep)
+	v.compareSideFiles(ctx, src, rep)
 	if d.Sample > 0 {
 		v.note("sample mode: %d random experts per layer compared (seed %d), dense tensors not compared, source shard hashes not checked", d.Sample, d.Seed)
 	}

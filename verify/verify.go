@@ -151,7 +151,7 @@ func (v *verifier) run(ctx context.Context) error {
 	var dp *deepPlan
 	if v.o.Deep != nil {
 		var err error
-		if dp, err = v.deepPrepare(); err != nil {
+		if dp, err = v.deepPrepare(ctx); err != nil {
 			return err
 		}
 	}
