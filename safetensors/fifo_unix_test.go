@@ -1,0 +1,41 @@
+//go:build unix
+
+package safetensors
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The runner loads checkpoint directories through OpenCheckpoint: a FIFO
+// (or a link to one) as a shard or as the index is refused without
+// blocking.
+func TestOpenCheckpointRefusesFIFO(t *testing.T) {
+	for _, name := range []string{"model.safetensors", IndexFile} {
+		dir := t.TempDir()
+		if name == IndexFile {
+			os.WriteFile(filepath.Join(dir, "model-00001-of-00001.safetensors"), []byte{}, 0o644)
+		}
+		fifo := filepath.Join(t.TempDir(), "pipe")
+		if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+			t.Skip("no FIFOs:", err)
+		}
+		if err := os.Symlink(fifo, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { _, err := OpenCheckpoint(dir); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s: err = %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: OpenCheckpoint blocked on a FIFO", name)
+		}
+	}
+}
