@@ -17,19 +17,6 @@ import (
 // tinyDir is a bundled sharded checkpoint (three shards and an index).
 const tinyDir = "../testdata/tiny/qwen3_5_moe-q4g32"
 
-// within fails the test if fn takes more than a few seconds, so that an
-// open that blocks (a FIFO) fails instead of hanging the run.
-func within(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("blocked for 10 s")
-	}
-}
-
 func TestOpenDir(t *testing.T) {
 	s, err := OpenDir(tinyDir)
 	if err != nil {

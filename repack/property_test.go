@@ -3,7 +3,6 @@ package repack
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,20 +15,23 @@ import (
 	"github.com/qpack-go/qpack/internal/corrupt"
 )
 
-// propertySeeds is how many random corruptions the property test tries:
-// QPACK_PROPERTY_SEEDS overrides it (bench/soak runs thousands).
-func propertySeeds(t *testing.T, def int) int {
-	if v := os.Getenv("QPACK_PROPERTY_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("QPACK_PROPERTY_SEEDS=%q", v)
-		}
-		return n
+// propertyHub serves a tiny sharded checkpoint, repacks it once with no
+// damage into ref and returns the keys of the responses that run saw.
+func propertyHub(t *testing.T) (s *hubtest.Server, repo, ref string, keys []string) {
+	t.Helper()
+	name := "qwen3_5_moe-q4g32"
+	s = newHub(t, hubtest.Config{})
+	repo = "org/" + name
+	s.MustAddRepo(repo, repoFiles(t, variant(t, name)), hubtest.RepoOptions{})
+	rec := &corrupt.Transport{}
+	ref = filepath.Join(t.TempDir(), "ref.qpack")
+	if _, err := Run(context.Background(), corruptOpts(s, repo, ref, rec)); err != nil {
+		t.Fatal(err)
 	}
-	if testing.Short() {
-		return def / 4
+	if keys = rec.Keys(); len(keys) < 10 {
+		t.Fatalf("only %d responses recorded", len(keys))
 	}
-	return def
+	return s, repo, ref, keys
 }
 
 // corruptOpts are hubOpts through tr, reading nothing from any cache.
@@ -49,25 +51,10 @@ func corruptOpts(s *hubtest.Server, repo, out string, tr http.RoundTripper) Opti
 // (resuming what the failed run journaled) gives the identical container,
 // so no wrong range was recorded either.
 func TestPropertySingleCorruption(t *testing.T) {
-	name := "qwen3_5_moe-q4g32"
-	src := variant(t, name)
-	s := newHub(t, hubtest.Config{})
-	repo := "org/" + name
-	s.MustAddRepo(repo, repoFiles(t, src), hubtest.RepoOptions{})
-
-	rec := &corrupt.Transport{}
-	ref := filepath.Join(t.TempDir(), "ref.qpack")
-	if _, err := Run(context.Background(), corruptOpts(s, repo, ref, rec)); err != nil {
-		t.Fatal(err)
-	}
-	keys := rec.Keys()
-	if len(keys) < 10 {
-		t.Fatalf("only %d responses recorded", len(keys))
-	}
+	s, repo, ref, keys := propertyHub(t)
 	outcomes := map[string]int{}
-	for seed := range propertySeeds(t, 32) {
-		rng := rand.New(rand.NewPCG(uint64(seed), 7))
-		tr := &corrupt.Transport{Target: keys[rng.IntN(len(keys))], Kind: corrupt.Kind(rng.IntN(int(corrupt.NumKinds))), Seed: uint64(seed)}
+	for seed := range corrupt.Seeds(t, 32) {
+		tr := corrupt.Random(keys, uint64(seed))
 		out := filepath.Join(t.TempDir(), "out.qpack")
 		res, err := Run(context.Background(), corruptOpts(s, repo, out, tr))
 		what := tr.Applied()
@@ -101,24 +88,16 @@ func TestPropertySingleCorruption(t *testing.T) {
 // name; the comparison of the header with the hashed stream refuses it,
 // nothing is placed, and a clean rerun gives the right container.
 func TestSwappedHeaderNamesRefused(t *testing.T) {
-	name := "qwen3_5_moe-q4g32"
-	src := variant(t, name)
-	s := newHub(t, hubtest.Config{})
-	repo := "org/" + name
-	s.MustAddRepo(repo, repoFiles(t, src), hubtest.RepoOptions{})
-	rec := &corrupt.Transport{}
-	ref := filepath.Join(t.TempDir(), "ref.qpack")
-	if _, err := Run(context.Background(), corruptOpts(s, repo, ref, rec)); err != nil {
-		t.Fatal(err)
-	}
+	s, repo, ref, keys := propertyHub(t)
+	src := variant(t, "qwen3_5_moe-q4g32")
 	var target string
-	for _, k := range rec.Keys() {
+	for _, k := range keys {
 		if strings.HasPrefix(k, "GET /repos/") && strings.HasSuffix(k, " bytes=8-"+headerEnd(t, src)) {
 			target = k
 		}
 	}
 	if target == "" {
-		t.Fatalf("no header response among %v", rec.Keys())
+		t.Fatalf("no header response among %v", keys)
 	}
 	for seed := range 4 {
 		tr := &corrupt.Transport{Target: target, Kind: corrupt.SwapStrings, Seed: uint64(seed), MinLen: 12}

@@ -216,6 +216,7 @@ func (v *verifier) deepRun(ctx context.Context, dp *deepPlan) error {
 	start := time.Now()
 	defer func() { dp.rep.Seconds = time.Since(start).Seconds() }()
 	if v.o.Deep.Sample > 0 {
+		v.flushMapProblems() // no shard is hashed: its header cannot be checked
 		return v.deepSample(ctx, dp.perShard, dp.rep)
 	}
 	var done, compared atomic.Int64
@@ -224,6 +225,7 @@ func (v *verifier) deepRun(ctx context.Context, dp *deepPlan) error {
 	err := v.deepStream(ctx, dp, nil, &done, &compared)
 	close(stop)
 	<-finished
+	v.flushMapProblems()
 	return err
 }
 
@@ -245,6 +247,7 @@ func (v *verifier) hashAndDeep(ctx context.Context, dp *deepPlan) error {
 		v.hashRun(ctx, sh, &hashed)
 	}()
 	err := v.deepStream(ctx, dp, sh, &streamed, &compared)
+	v.flushMapProblems()
 	dp.rep.Seconds = time.Since(start).Seconds()
 	sh.finishDeep()
 	<-hashDone
@@ -387,7 +390,7 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 	for si, sh := range src.Shards {
 		for _, t := range sh.Header.Tensors {
 			if prev, dup := byName[t.Name]; dup {
-				v.problem(Problem{Scope: ScopeSource, Kind: KindSource, File: sh.Name, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeSource, Kind: KindSource, File: sh.Name, Tensor: t.Name,
 					Message: fmt.Sprintf("also in %s", src.Shards[prev.shard].Name)})
 				continue
 			}
@@ -410,13 +413,13 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 		for _, t := range v.dense.Tensors {
 			st, ok := byName[t.Name]
 			if !ok {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
 					Message: "not in the source checkpoint"})
 				continue
 			}
 			used[t.Name] = true
 			if st.t.DType != t.DType || !equalShape(st.t.Shape, t.Shape) {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
 					Message: fmt.Sprintf("%s %v, the source has %s %v", t.DType, t.Shape, st.t.DType, st.t.Shape)})
 				continue
 			}
@@ -483,7 +486,7 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 // tensors also use for layer 0.
 func (v *verifier) pickPrefix(groups map[string]map[int]map[string]srcTensor) (string, bool) {
 	if len(groups) == 0 {
-		v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName,
+		v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName,
 			Message: "the source has no stacked expert tensors (…layers.L.….switch_mlp.<proj>.<part>) for the container's layers"})
 		return "", false
 	}
@@ -505,7 +508,7 @@ func (v *verifier) pickPrefix(groups map[string]map[int]map[string]srcTensor) (s
 	if len(match) == 1 {
 		return match[0], true
 	}
-	v.problem(Problem{Scope: ScopeSource, Kind: KindSource,
+	v.mapProblem(Problem{Scope: ScopeSource, Kind: KindSource,
 		Message: fmt.Sprintf("stacked expert tensors under several prefixes (%s): cannot tell which ones the container holds", strings.Join(keys, ", "))})
 	return "", false
 }
@@ -534,14 +537,14 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		for _, sec := range l.Sections {
 			st, ok := secs[sec.Name]
 			if !ok {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name,
 					Message: "the source has no stacked tensor for this section"})
 				continue
 			}
 			used[st.t.Name] = true
 			want := append([]int64{int64(l.ExpertCount)}, sec.Shape...)
 			if st.t.DType != sec.DType || !equalShape(st.t.Shape, want) {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name, Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name, Tensor: st.t.Name,
 					Message: fmt.Sprintf("the layout says %s %v per expert (%d experts), the source tensor is %s %v", sec.DType, sec.Shape, l.ExpertCount, st.t.DType, st.t.Shape)})
 				continue
 			}
@@ -558,7 +561,7 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		for name, st := range secs {
 			if _, ok := l.Section(name); !ok {
 				used[st.t.Name] = true
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
 					Message: fmt.Sprintf("the source has section %s, the layout does not", name)})
 			}
 		}
@@ -567,7 +570,7 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		if layer >= l.LayerCount {
 			for _, st := range secs {
 				used[st.t.Name] = true
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
 					Message: fmt.Sprintf("the source has expert tensors for layer %d, the layout has %d layers", layer, l.LayerCount)})
 			}
 		}
@@ -1118,6 +1121,9 @@ dispatch:
 		// they say nothing about the container either way.
 		check.Status = "mismatch"
 		v.problem(Problem{Scope: ScopeSource, Kind: KindSourceHash, File: sh.Name, Message: err.Error()})
+		v.mu.Lock()
+		v.headerBad = true
+		v.mu.Unlock()
 		return nil
 	}
 	check.Status = "unknown"

@@ -2,11 +2,9 @@ package verify
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,11 +41,10 @@ func propHub(t *testing.T, f *fixture) func(tr http.RoundTripper) (*Source, erro
 	}
 }
 
-// One corrupted response while a good container is deep-checked against
-// the Hub: the report is ok with every shard's hash checked, or the source
-// is reported (or refused) — the good container is never called damaged,
-// and nothing unchecked is called ok.
-func TestPropertyDeepSingleCorruption(t *testing.T) {
+// propertyFixture is a good container, an opener of its source on a fake
+// Hub, and the keys of the responses a clean, passing deep check saw.
+func propertyFixture(t *testing.T) (*fixture, func(http.RoundTripper) (*Source, error), []string) {
+	t.Helper()
 	f := newFixture(t, "qwen3_5_moe-q4g32")
 	open := propHub(t, f)
 	rec := &corrupt.Transport{}
@@ -57,17 +54,18 @@ func TestPropertyDeepSingleCorruption(t *testing.T) {
 	}
 	wantStatus(t, run(t, f.dir, Options{Deep: &DeepOptions{Source: src}}), StatusOK)
 	src.Close()
-	keys := rec.Keys()
-	seeds := 24
-	if v := os.Getenv("QPACK_PROPERTY_SEEDS"); v != "" {
-		seeds, _ = strconv.Atoi(v)
-	} else if testing.Short() {
-		seeds = 6
-	}
+	return f, open, rec.Keys()
+}
+
+// One corrupted response while a good container is deep-checked against
+// the Hub: the report is ok with every shard's hash checked, or the source
+// is reported (or refused) — the good container is never called damaged,
+// and nothing unchecked is called ok.
+func TestPropertyDeepSingleCorruption(t *testing.T) {
+	f, open, keys := propertyFixture(t)
 	outcomes := map[string]int{}
-	for seed := range seeds {
-		rng := rand.New(rand.NewPCG(uint64(seed), 11))
-		tr := &corrupt.Transport{Target: keys[rng.IntN(len(keys))], Kind: corrupt.Kind(rng.IntN(int(corrupt.NumKinds))), Seed: uint64(seed)}
+	for seed := range corrupt.Seeds(t, 24) {
+		tr := corrupt.Random(keys, uint64(seed))
 		src, err := open(tr)
 		if err != nil {
 			outcomes["refused at open"]++
@@ -94,26 +92,19 @@ func TestPropertyDeepSingleCorruption(t *testing.T) {
 // compare each tensor with the other's bytes. The header is checked
 // against the hashed stream: the source is reported, not the container.
 func TestDeepSwappedHeaderNames(t *testing.T) {
-	f := newFixture(t, "qwen3_5_moe-q4g32")
-	open := propHub(t, f)
-	rec := &corrupt.Transport{}
-	src, err := open(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.Close()
+	f, open, keys := propertyFixture(t)
 	var target string
-	for _, k := range rec.Keys() {
+	for _, k := range keys {
 		if strings.HasPrefix(k, "GET /repos/") && strings.Contains(k, " bytes=8-") {
 			target = k
 			break
 		}
 	}
 	if target == "" {
-		t.Fatalf("no header read among %v", rec.Keys())
+		t.Fatalf("no header read among %v", keys)
 	}
 	tr := &corrupt.Transport{Target: target, Kind: corrupt.SwapStrings, MinLen: 12}
-	src, err = open(tr)
+	src, err := open(tr)
 	if err != nil {
 		t.Fatal(err)
 	}

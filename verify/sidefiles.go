@@ -72,3 +72,31 @@ func (v *verifier) readSmall(name string) ([]byte, error) {
 	}
 	return io.ReadAll(io.LimitReader(f, maxSideFile))
 }
+
+// mapProblem holds a problem found while mapping the container onto the
+// source's headers until the headers are known to be the hashed bytes
+// (flushMapProblems): a tampered header read must not blame the container.
+func (v *verifier) mapProblem(p Problem) {
+	v.mu.Lock()
+	v.mapPending = append(v.mapPending, p)
+	v.mu.Unlock()
+}
+
+// flushMapProblems reports the problems mapProblem held, unless a shard's
+// header turned out not to be the hashed one: then the map said nothing
+// about the container, and they are dropped with a note.
+func (v *verifier) flushMapProblems() {
+	v.mu.Lock()
+	pending, bad := v.mapPending, v.headerBad
+	v.mapPending = nil
+	v.mu.Unlock()
+	if bad {
+		if len(pending) > 0 {
+			v.note("%d difference(s) between the container and the source's headers not reported: a header read is not the hashed source", len(pending))
+		}
+		return
+	}
+	for _, p := range pending {
+		v.problem(p)
+	}
+}

@@ -16,18 +16,6 @@ import (
 // srcTiny is a bundled sharded checkpoint.
 const srcTiny = "../../testdata/tiny/qwen3_5_moe-q4g32"
 
-// srcWithin fails the test if fn blocks for more than a few seconds.
-func srcWithin(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("%s blocked for 15 s", what)
-	}
-}
-
 func srcCopy(t *testing.T, from string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), filepath.Base(from))
@@ -65,6 +53,24 @@ func srcHub(t *testing.T) *hubtest.Server {
 	t.Setenv("HF_HOME", t.TempDir())
 	t.Setenv("HF_HUB_OFFLINE", "")
 	return hub
+}
+
+// srcDownload fills a fresh cache from the fake Hub with qpack download
+// and returns it and the snapshot directory.
+func srcDownload(t *testing.T) (cache, snapDir string) {
+	t.Helper()
+	cache = t.TempDir()
+	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var dl struct {
+		SnapshotDir string `json:"snapshot_dir"`
+	}
+	if err := json.Unmarshal([]byte(out), &dl); err != nil || dl.SnapshotDir == "" {
+		t.Fatalf("download summary: %v\n%s", err, out)
+	}
+	return cache, dl.SnapshotDir
 }
 
 // sameFiles fails unless the containers a and b hold the same files with
@@ -116,20 +122,12 @@ func sameFiles(t *testing.T, a, b string) {
 // cache lacks is exit 2, naming the file.
 func TestRepackOfflineFromCache(t *testing.T) {
 	hub := srcHub(t)
-	cache := t.TempDir()
-	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	var dl struct {
-		SnapshotDir string `json:"snapshot_dir"`
-	}
-	json.Unmarshal([]byte(out), &dl)
+	cache, snapDir := srcDownload(t)
 	hub.Close()
 	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
 
 	fromDir := filepath.Join(t.TempDir(), "dir.qpack")
-	if out, err := runCLI(t, "repack", "--from-dir", dl.SnapshotDir, "--output", fromDir, "--reserve", "-1"); err != nil {
+	if out, err := runCLI(t, "repack", "--from-dir", snapDir, "--output", fromDir, "--reserve", "-1"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, how := range []string{"flag", "env"} {
@@ -161,16 +159,16 @@ func TestRepackOfflineFromCache(t *testing.T) {
 
 	// A shard missing from the cache: exit 2, naming it.
 	var blob string
-	ents, _ := os.ReadDir(dl.SnapshotDir)
+	ents, _ := os.ReadDir(snapDir)
 	for _, e := range ents {
 		if e.Name() == "model-00003-of-00003.safetensors" {
-			blob, _ = filepath.EvalSymlinks(filepath.Join(dl.SnapshotDir, e.Name()))
+			blob, _ = filepath.EvalSymlinks(filepath.Join(snapDir, e.Name()))
 		}
 	}
 	if blob == "" || os.Remove(blob) != nil {
 		t.Fatal("no blob to remove")
 	}
-	out, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1")
+	out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1")
 	if vfExitCode(err) != 2 || !strings.Contains(err.Error(), "model-00003-of-00003.safetensors") || !strings.Contains(err.Error(), "not in the local cache") {
 		t.Fatalf("missing shard: exit %d, %v\n%s", vfExitCode(err), err, out)
 	}
@@ -187,22 +185,14 @@ func TestRepackOfflineFromCache(t *testing.T) {
 // makes the container a full fetch makes.
 func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
 	hub := srcHub(t)
-	cache := t.TempDir()
-	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	var dl struct {
-		SnapshotDir string `json:"snapshot_dir"`
-	}
-	json.Unmarshal([]byte(out), &dl)
+	cache, snapDir := srcDownload(t)
 	full := filepath.Join(t.TempDir(), "full.qpack")
 	if out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--no-cache", "--output", full, "--reserve", "-1"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	missing := []string{"model-00002-of-00003.safetensors", "tokenizer.json"}
 	for _, m := range missing {
-		blob, err := filepath.EvalSymlinks(filepath.Join(dl.SnapshotDir, m))
+		blob, err := filepath.EvalSymlinks(filepath.Join(snapDir, m))
 		if err != nil || os.Remove(blob) != nil {
 			t.Fatalf("removing %s: %v", m, err)
 		}
@@ -234,7 +224,7 @@ func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
 		t.Fatalf("fetched %v, want %v", got, want)
 	}
 	for _, m := range missing {
-		if _, err := os.Stat(filepath.Join(dl.SnapshotDir, m)); err == nil {
+		if _, err := os.Stat(filepath.Join(snapDir, m)); err == nil {
 			t.Errorf("%s was written back to the cache", m)
 		}
 	}

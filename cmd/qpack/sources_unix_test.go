@@ -8,6 +8,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/qpack-go/qpack/internal/bounded"
 )
 
 // A FIFO, or a link to one, in a local checkpoint is refused (exit 2, the
@@ -47,7 +50,7 @@ func TestLocalSourcesRefuseFIFO(t *testing.T) {
 				if viaLink {
 					what += " (a link to a FIFO)"
 				}
-				srcWithin(t, what, func() {
+				bounded.Within(t, 15*time.Second, what, func() {
 					out, err := runCLI(t, args...)
 					if err == nil || vfExitCode(err) != 2 || !strings.Contains(err.Error()+out, name) || !strings.Contains(err.Error()+out, "not a regular file") {
 						t.Errorf("%s: exit %d, %v\n%s", what, vfExitCode(err), err, out)

@@ -6,8 +6,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
+	"testing"
 )
 
 // Kind is a way to damage a body.
@@ -183,4 +186,28 @@ func stringPair(b []byte, rng *rand.Rand, minLen int) (a, c, n int, ok bool) {
 		}
 	}
 	return 0, 0, 0, false
+}
+
+// Random returns a Transport that damages the response with one of keys,
+// in one of the ways, both chosen by seed.
+func Random(keys []string, seed uint64) *Transport {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	return &Transport{Target: keys[rng.IntN(len(keys))], Kind: Kind(rng.IntN(int(NumKinds))), Seed: seed}
+}
+
+// Seeds is how many seeds a property test tries: QPACK_PROPERTY_SEEDS
+// when set (bench/soak runs thousands), else def, a quarter of it with
+// -short.
+func Seeds(tb testing.TB, def int) int {
+	if v := os.Getenv("QPACK_PROPERTY_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			tb.Fatalf("QPACK_PROPERTY_SEEDS=%q", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return max(1, def/4)
+	}
+	return def
 }

@@ -1,19 +1,13 @@
 #!/usr/bin/env python3
 """Steps of offline.sh that need Python: the official client, comparisons,
 the request log. Standard library and huggingface_hub only."""
-import hashlib
 import json
 import os
 import struct
 import sys
 
-
-def sha256_file(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check import sha256_file  # noqa: E402  (run.sh's helpers, beside this file)
 
 
 def fill(repo, cache):
