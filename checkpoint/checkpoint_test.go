@@ -363,3 +363,35 @@ func TestOpenDirCacheSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// A cache written without symlinks keeps its files in the snapshot: they
+// are read from there.
+func TestHubUsesSnapshotCopies(t *testing.T) {
+	s, repo := hubWithTiny(t)
+	cache := fillCache(t, s, repo)
+	snap, err := hfhub.ReadCachedSnapshot(cache, repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range snap.Files {
+		data, err := os.ReadFile(f.BlobPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(f.LocalPath)
+		os.Remove(f.BlobPath)
+		if err := os.WriteFile(f.LocalPath, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ResetLog()
+	src, err := OpenHub(context.Background(), HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, readAll(t, src))
+	src.Close()
+	if fb := fileBytes(s); len(fb) != 0 {
+		t.Fatalf("file bytes fetched although the snapshot holds copies: %v", fb)
+	}
+}
