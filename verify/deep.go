@@ -31,8 +31,8 @@ import (
 
 // DeepOptions asks Verify to compare the container with its source.
 type DeepOptions struct {
-	// Source is the checkpoint to compare with (OpenDirSource,
-	// OpenHubSource). The caller closes it.
+	// Source is the checkpoint to compare with (FromCheckpoint,
+	// OpenDirSource, OpenHubSource). The caller closes it.
 	Source *Source
 	// Sample > 0 compares only that many randomly chosen experts per layer
 	// (and no dense tensor), reading only their slices of the source; the
