@@ -79,12 +79,14 @@ type DeepReport struct {
 	Shards          []ShardCheck `json:"shards"`
 	DenseTensors    int          `json:"denseTensors"`    // compared
 	ExpertSlices    int          `json:"expertSlices"`    // (layer, expert, section) slices compared
-	SideFiles       int          `json:"sideFiles"`       // config, tokenizer and template files compared whole
 	BytesCompared   int64        `json:"bytesCompared"`   // container bytes compared with the source
 	SourceBytesRead int64        `json:"sourceBytesRead"` // bytes read from the source
 	// Shared: the digest pass ran alongside, and the container files it
 	// shared were read from the disk once (see DeepOptions.Window).
 	Shared bool `json:"shared,omitempty"`
+	// SideFiles counts the config, tokenizer and template files compared
+	// whole with the source's.
+	SideFiles int `json:"side_files"`
 	// Seconds is the time of the deep check; when Shared, of both passes.
 	Seconds float64 `json:"seconds"`
 }
