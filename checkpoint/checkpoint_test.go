@@ -7,30 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/hfhub/hubtest"
-	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // tinyDir is a bundled sharded checkpoint (three shards and an index).
 const tinyDir = "../testdata/tiny/qwen3_5_moe-q4g32"
-
-// within fails the test if fn takes more than a few seconds, so that an
-// open that blocks (a FIFO) fails instead of hanging the run.
-func within(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("blocked for 10 s")
-	}
-}
 
 func TestOpenDir(t *testing.T) {
 	s, err := OpenDir(tinyDir)
@@ -91,38 +76,6 @@ func copyDir(t *testing.T, src string) string {
 		}
 	}
 	return dst
-}
-
-// A FIFO (or a link to one) as a shard, as the index or as config.json is
-// refused with an error naming it, without blocking.
-func TestOpenDirRefusesFIFO(t *testing.T) {
-	for _, name := range []string{"model-00002-of-00003.safetensors", "model.safetensors.index.json", "config.json"} {
-		for _, viaLink := range []bool{false, true} {
-			dir := copyDir(t, tinyDir)
-			p := filepath.Join(dir, name)
-			os.Remove(p)
-			fifo := p
-			if viaLink {
-				fifo = filepath.Join(t.TempDir(), "fifo")
-				if err := os.Symlink(fifo, p); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-				t.Skip("no FIFOs:", err)
-			}
-			within(t, func() {
-				s, err := OpenDir(dir)
-				if err == nil && name == "config.json" {
-					_, err = s.ReadFile(context.Background(), name, 1<<20)
-					s.Close()
-				}
-				if err == nil || !regfile.IsNotRegular(err) || !strings.Contains(err.Error(), name) {
-					t.Errorf("%s (link %v): err = %v, want a not-a-regular-file error naming it", name, viaLink, err)
-				}
-			})
-		}
-	}
 }
 
 func TestStreamCheck(t *testing.T) {
@@ -408,5 +361,37 @@ func TestOpenDirCacheSnapshot(t *testing.T) {
 		if sh.Expect().Kind != hfhub.HashSHA256 || sh.ExpectFrom() != "the name of its HF cache blob" {
 			t.Errorf("%s: expect %v from %q", sh.Name(), sh.Expect(), sh.ExpectFrom())
 		}
+	}
+}
+
+// A cache written without symlinks keeps its files in the snapshot: they
+// are read from there.
+func TestHubUsesSnapshotCopies(t *testing.T) {
+	s, repo := hubWithTiny(t)
+	cache := fillCache(t, s, repo)
+	snap, err := hfhub.ReadCachedSnapshot(cache, repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range snap.Files {
+		data, err := os.ReadFile(f.BlobPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(f.LocalPath)
+		os.Remove(f.BlobPath)
+		if err := os.WriteFile(f.LocalPath, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.ResetLog()
+	src, err := OpenHub(context.Background(), HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, readAll(t, src))
+	src.Close()
+	if fb := fileBytes(s); len(fb) != 0 {
+		t.Fatalf("file bytes fetched although the snapshot holds copies: %v", fb)
 	}
 }

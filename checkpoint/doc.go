@@ -14,8 +14,9 @@
 //
 // A Hub source lists the repository at the pinned commit and, for every
 // file, uses the cache's blob named after the file's ETag (blobs/<sha256>
-// for LFS files, blobs/<git blob sha1> for the rest) when it is a regular
-// file of the listed size, and the Hub otherwise. Nothing is written to the
+// for LFS files, blobs/<git blob sha1> for the rest; or the pinned
+// snapshot's own copy, where the cache was written without symlinks) when
+// it is a regular file of the listed size, and the Hub otherwise. Nothing is written to the
 // cache. A cached blob is not trusted for its name: its bytes are hashed
 // like fetched ones (small files here, shards by the reader's hash chain)
 // and compared with the Hub listing's digest; a small cached file that does

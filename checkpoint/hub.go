@@ -89,6 +89,8 @@ func OpenHub(ctx context.Context, o HubOptions) (*Source, error) {
 		if !o.NoCache {
 			if p, ok := hfhub.CachedBlob(o.CacheDir, o.Repo, f.ETag(), f.Size); ok {
 				e.local = p
+			} else if p, ok := hfhub.CachedSnapshotFile(o.CacheDir, o.Repo, commit, f.Path, f.Size); ok {
+				e.local = p // a cache written without symlinks
 			}
 		}
 		s.add(e)

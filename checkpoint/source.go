@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"path/filepath"
 	"sort"
 
 	"github.com/qpack-go/qpack/hfhub"
@@ -120,7 +121,7 @@ func (s *Source) Info() qpack.Source {
 	if s.kind == KindHub {
 		return qpack.Source{Repo: s.repo, Revision: s.revision, Commit: s.commit, Dir: path.Base(s.repo)}
 	}
-	return qpack.Source{Dir: path.Base(s.desc)}
+	return qpack.Source{Dir: filepath.Base(s.desc)}
 }
 
 // Close closes the shards' local files.

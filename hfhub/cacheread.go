@@ -168,3 +168,20 @@ func ReadCachedSnapshot(root, repo, revision string) (*CachedSnapshot, error) {
 	sort.Strings(s.Missing)
 	return s, nil
 }
+
+// CachedSnapshotFile returns snapshots/<commit>/<path> of repo under the
+// cache root when it is, or links to, a regular file of exactly size bytes.
+// A cache written without symlinks (HF_HUB_DISABLE_SYMLINKS, or a file
+// system without them) keeps its files there rather than in blobs/. As with
+// CachedBlob, ok means only "present": the bytes must still be hashed.
+func CachedSnapshotFile(root, repo, commit, path string, size int64) (string, bool) {
+	if !isCommit(commit) || ValidateRepoPath(path) != nil || ValidateRepoID(repo) != nil {
+		return "", false
+	}
+	p := newCacheRepo(root, repo).snapshotPath(commit, path)
+	st, err := os.Stat(p)
+	if err != nil || !st.Mode().IsRegular() || st.Size() != size {
+		return "", false
+	}
+	return p, true
+}

@@ -1,7 +1,12 @@
-// Package repack turns an MLX checkpoint (a local directory or a Hub repo, both
-// seen as one io.ReaderAt per shard) into a .qpack container: it plans every
-// tensor copy from the shard headers, executes coalesced range reads with
-// positional writes, and keeps a journal so a killed repack resumes.
+// Package repack turns an MLX checkpoint (a local directory or a Hub repo,
+// opened by package checkpoint and seen as one io.ReaderAt per shard; a Hub
+// repo is read from the HF cache where it holds the files) into a .qpack
+// container: it plans every tensor copy from the shard headers, executes
+// coalesced range reads with positional writes, and keeps a journal so a
+// killed repack resumes. The committer checks that each shard's hashed
+// bytes start with exactly the header bytes the plan was built from; a
+// difference stops the repack before the range is journaled and discards
+// the partial directory.
 //
 // # Plan
 //

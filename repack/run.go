@@ -411,6 +411,17 @@ func repack(ctx context.Context, o Options, src *Source, start time.Time) (*Resu
 	copyStart := time.Now()
 	if err := x.run(ctx, redo); err != nil {
 		res.FetchedBytes = x.fetched.Load()
+		var hm *checkpoint.HeaderMismatchError
+		if errors.As(err, &hm) {
+			// Everything in the partial directory was laid out by a plan
+			// from a header that is not the source's: none of it is kept.
+			closeW = false
+			w.Close()
+			dense.Close()
+			if rerr := os.RemoveAll(partial); rerr == nil {
+				err = fmt.Errorf("%w; the partial repack planned from it was discarded", err)
+			}
+		}
 		return nil, err
 	}
 	res.FetchedBytes = x.fetched.Load()

@@ -31,8 +31,8 @@ import (
 
 // DeepOptions asks Verify to compare the container with its source.
 type DeepOptions struct {
-	// Source is the checkpoint to compare with (OpenDirSource,
-	// OpenHubSource). The caller closes it.
+	// Source is the checkpoint to compare with (FromCheckpoint,
+	// OpenDirSource, OpenHubSource). The caller closes it.
 	Source *Source
 	// Sample > 0 compares only that many randomly chosen experts per layer
 	// (and no dense tensor), reading only their slices of the source; the
@@ -84,6 +84,9 @@ type DeepReport struct {
 	// Shared: the digest pass ran alongside, and the container files it
 	// shared were read from the disk once (see DeepOptions.Window).
 	Shared bool `json:"shared,omitempty"`
+	// SideFiles counts the config, tokenizer and template files compared
+	// whole with the source's.
+	SideFiles int `json:"side_files"`
 	// Seconds is the time of the deep check; when Shared, of both passes.
 	Seconds float64 `json:"seconds"`
 }
@@ -163,7 +166,7 @@ type deepPlan struct {
 // deepPrepare sets the defaults, checks that the source is the one the
 // manifest records and maps every container byte to its source bytes. It
 // returns nil when there is nothing to stream.
-func (v *verifier) deepPrepare() (*deepPlan, error) {
+func (v *verifier) deepPrepare(ctx context.Context) (*deepPlan, error) {
 	dc := *v.o.Deep // the caller's options stay as given
 	v.o.Deep = &dc
 	d := v.o.Deep
@@ -203,6 +206,7 @@ func (v *verifier) deepPrepare() (*deepPlan, error) {
 		return nil, nil
 	}
 	perShard := v.buildMap(src, rep)
+	v.compareSideFiles(ctx, src, rep)
 	if d.Sample > 0 {
 		v.note("sample mode: %d random experts per layer compared (seed %d), dense tensors not compared, source shard hashes not checked", d.Sample, d.Seed)
 	}
@@ -214,6 +218,7 @@ func (v *verifier) deepRun(ctx context.Context, dp *deepPlan) error {
 	start := time.Now()
 	defer func() { dp.rep.Seconds = time.Since(start).Seconds() }()
 	if v.o.Deep.Sample > 0 {
+		v.flushMapProblems() // no shard is hashed: its header cannot be checked
 		return v.deepSample(ctx, dp.perShard, dp.rep)
 	}
 	var done, compared atomic.Int64
@@ -222,6 +227,7 @@ func (v *verifier) deepRun(ctx context.Context, dp *deepPlan) error {
 	err := v.deepStream(ctx, dp, nil, &done, &compared)
 	close(stop)
 	<-finished
+	v.flushMapProblems()
 	return err
 }
 
@@ -243,6 +249,7 @@ func (v *verifier) hashAndDeep(ctx context.Context, dp *deepPlan) error {
 		v.hashRun(ctx, sh, &hashed)
 	}()
 	err := v.deepStream(ctx, dp, sh, &streamed, &compared)
+	v.flushMapProblems()
 	dp.rep.Seconds = time.Since(start).Seconds()
 	sh.finishDeep()
 	<-hashDone
@@ -385,7 +392,7 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 	for si, sh := range src.Shards {
 		for _, t := range sh.Header.Tensors {
 			if prev, dup := byName[t.Name]; dup {
-				v.problem(Problem{Scope: ScopeSource, Kind: KindSource, File: sh.Name, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeSource, Kind: KindSource, File: sh.Name, Tensor: t.Name,
 					Message: fmt.Sprintf("also in %s", src.Shards[prev.shard].Name)})
 				continue
 			}
@@ -408,13 +415,13 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 		for _, t := range v.dense.Tensors {
 			st, ok := byName[t.Name]
 			if !ok {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
 					Message: "not in the source checkpoint"})
 				continue
 			}
 			used[t.Name] = true
 			if st.t.DType != t.DType || !equalShape(st.t.Shape, t.Shape) {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.DenseName, Tensor: t.Name,
 					Message: fmt.Sprintf("%s %v, the source has %s %v", t.DType, t.Shape, st.t.DType, st.t.Shape)})
 				continue
 			}
@@ -481,7 +488,7 @@ func (v *verifier) buildMap(src *Source, rep *DeepReport) [][]segment {
 // tensors also use for layer 0.
 func (v *verifier) pickPrefix(groups map[string]map[int]map[string]srcTensor) (string, bool) {
 	if len(groups) == 0 {
-		v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName,
+		v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName,
 			Message: "the source has no stacked expert tensors (…layers.L.….switch_mlp.<proj>.<part>) for the container's layers"})
 		return "", false
 	}
@@ -503,7 +510,7 @@ func (v *verifier) pickPrefix(groups map[string]map[int]map[string]srcTensor) (s
 	if len(match) == 1 {
 		return match[0], true
 	}
-	v.problem(Problem{Scope: ScopeSource, Kind: KindSource,
+	v.mapProblem(Problem{Scope: ScopeSource, Kind: KindSource,
 		Message: fmt.Sprintf("stacked expert tensors under several prefixes (%s): cannot tell which ones the container holds", strings.Join(keys, ", "))})
 	return "", false
 }
@@ -532,14 +539,14 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		for _, sec := range l.Sections {
 			st, ok := secs[sec.Name]
 			if !ok {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name,
 					Message: "the source has no stacked tensor for this section"})
 				continue
 			}
 			used[st.t.Name] = true
 			want := append([]int64{int64(l.ExpertCount)}, sec.Shape...)
 			if st.t.DType != sec.DType || !equalShape(st.t.Shape, want) {
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name, Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: file, Layer: intp(layer), Section: sec.Name, Tensor: st.t.Name,
 					Message: fmt.Sprintf("the layout says %s %v per expert (%d experts), the source tensor is %s %v", sec.DType, sec.Shape, l.ExpertCount, st.t.DType, st.t.Shape)})
 				continue
 			}
@@ -556,7 +563,7 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		for name, st := range secs {
 			if _, ok := l.Section(name); !ok {
 				used[st.t.Name] = true
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
 					Message: fmt.Sprintf("the source has section %s, the layout does not", name)})
 			}
 		}
@@ -565,7 +572,7 @@ func (v *verifier) mapExperts(src *Source, layers map[int]map[string]srcTensor, 
 		if layer >= l.LayerCount {
 			for _, st := range secs {
 				used[st.t.Name] = true
-				v.problem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
+				v.mapProblem(Problem{Scope: ScopeContainer, Kind: KindMismatch, File: qpack.LayoutName, Layer: intp(layer), Tensor: st.t.Name,
 					Message: fmt.Sprintf("the source has expert tensors for layer %d, the layout has %d layers", layer, l.LayerCount)})
 			}
 		}
@@ -1116,6 +1123,9 @@ dispatch:
 		// they say nothing about the container either way.
 		check.Status = "mismatch"
 		v.problem(Problem{Scope: ScopeSource, Kind: KindSourceHash, File: sh.Name, Message: err.Error()})
+		v.mu.Lock()
+		v.headerBad = true
+		v.mu.Unlock()
 		return nil
 	}
 	check.Status = "unknown"

@@ -113,9 +113,17 @@
 // the Hub listing, the name of an HF cache blob. Nothing of the source is
 // stored. A difference is blamed on the container, unless the shard failed
 // its hash check, in which case it is blamed on the source (and the run is
-// "unusable", exit code 2). Before anything is streamed, the source's shard
-// names and sizes (and hashes, where both sides know them) must match the
-// ones the manifest records.
+// "unusable", exit code 2). The hasher also compares the shard's first
+// bytes with the header bytes the map was built from: when they differ,
+// the map (and every difference found with it) says nothing about the
+// container, and only the source is reported. Before anything is streamed,
+// the source's shard names and sizes (and hashes, where both sides know
+// them) must match the ones the manifest records, and the container's side
+// files (config, tokenizer and template files) are compared whole with the
+// source's hash-checked copies. Sources come from package checkpoint
+// (FromCheckpoint): a directory, an HF cache snapshot, or a Hub repository
+// read through the cache where it holds the files (offline from the cache
+// alone).
 //
 // # Digests and deep check in one pass
 //

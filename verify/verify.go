@@ -130,6 +130,12 @@ type verifier struct {
 	denseErr error
 	results  map[string]*FileResult
 	hashed   map[string]*fileHash
+
+	// Deep check: problems found mapping the container onto the source's
+	// headers, held until the headers are checked against the hashed
+	// stream (guarded by mu).
+	mapPending []Problem
+	headerBad  bool
 }
 
 func (v *verifier) problem(p Problem) {
@@ -151,7 +157,7 @@ func (v *verifier) run(ctx context.Context) error {
 	var dp *deepPlan
 	if v.o.Deep != nil {
 		var err error
-		if dp, err = v.deepPrepare(); err != nil {
+		if dp, err = v.deepPrepare(ctx); err != nil {
 			return err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,18 +15,6 @@ import (
 
 // srcTiny is a bundled sharded checkpoint.
 const srcTiny = "../../testdata/tiny/qwen3_5_moe-q4g32"
-
-// srcWithin fails the test if fn blocks for more than a few seconds.
-func srcWithin(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("%s blocked for 15 s", what)
-	}
-}
 
 func srcCopy(t *testing.T, from string) string {
 	t.Helper()
@@ -44,54 +31,6 @@ func srcCopy(t *testing.T, from string) string {
 		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
 	}
 	return dst
-}
-
-// A FIFO, or a link to one, in a local checkpoint is refused (exit 2, the
-// file named) by repack --from-dir, inspect and verify-install --deep
-// --source, without blocking.
-func TestLocalSourcesRefuseFIFO(t *testing.T) {
-	good := srcCopy(t, srcTiny)
-	container := filepath.Join(t.TempDir(), "m.qpack")
-	if out, err := runCLI(t, "repack", "--from-dir", good, "--output", container, "--reserve", "-1"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	for _, name := range []string{"model-00002-of-00003.safetensors", "config.json", "model.safetensors.index.json"} {
-		for _, viaLink := range []bool{false, true} {
-			dir := srcCopy(t, srcTiny)
-			p := filepath.Join(dir, name)
-			os.Remove(p)
-			fifo := p
-			if viaLink {
-				fifo = filepath.Join(t.TempDir(), "pipe")
-				os.Symlink(fifo, p)
-			}
-			if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-				t.Skip("no FIFOs:", err)
-			}
-			cases := [][]string{
-				{"repack", "--from-dir", dir, "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1"},
-				{"inspect", dir},
-			}
-			if name != "config.json" { // the deep check reads no config.json from the source
-				cases = append(cases, []string{"verify-install", container, "--deep", "--source", dir, "--no-receipt"})
-			}
-			if strings.HasSuffix(name, ".safetensors") {
-				cases = append(cases, []string{"inspect", p})
-			}
-			for _, args := range cases {
-				what := strings.Join(args[:2], " ") + " with " + name
-				if viaLink {
-					what += " (a link to a FIFO)"
-				}
-				srcWithin(t, what, func() {
-					out, err := runCLI(t, args...)
-					if err == nil || vfExitCode(err) != 2 || !strings.Contains(err.Error()+out, name) || !strings.Contains(err.Error()+out, "not a regular file") {
-						t.Errorf("%s: exit %d, %v\n%s", what, vfExitCode(err), err, out)
-					}
-				})
-			}
-		}
-	}
 }
 
 // srcHub serves the bundled checkpoint as org/tiny-moe.
@@ -114,6 +53,24 @@ func srcHub(t *testing.T) *hubtest.Server {
 	t.Setenv("HF_HOME", t.TempDir())
 	t.Setenv("HF_HUB_OFFLINE", "")
 	return hub
+}
+
+// srcDownload fills a fresh cache from the fake Hub with qpack download
+// and returns it and the snapshot directory.
+func srcDownload(t *testing.T) (cache, snapDir string) {
+	t.Helper()
+	cache = t.TempDir()
+	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var dl struct {
+		SnapshotDir string `json:"snapshot_dir"`
+	}
+	if err := json.Unmarshal([]byte(out), &dl); err != nil || dl.SnapshotDir == "" {
+		t.Fatalf("download summary: %v\n%s", err, out)
+	}
+	return cache, dl.SnapshotDir
 }
 
 // sameFiles fails unless the containers a and b hold the same files with
@@ -165,20 +122,12 @@ func sameFiles(t *testing.T, a, b string) {
 // cache lacks is exit 2, naming the file.
 func TestRepackOfflineFromCache(t *testing.T) {
 	hub := srcHub(t)
-	cache := t.TempDir()
-	out, err := runCLI(t, "download", "org/tiny-moe", "--cache-dir", cache, "--json")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	var dl struct {
-		SnapshotDir string `json:"snapshot_dir"`
-	}
-	json.Unmarshal([]byte(out), &dl)
+	cache, snapDir := srcDownload(t)
 	hub.Close()
 	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
 
 	fromDir := filepath.Join(t.TempDir(), "dir.qpack")
-	if out, err := runCLI(t, "repack", "--from-dir", dl.SnapshotDir, "--output", fromDir, "--reserve", "-1"); err != nil {
+	if out, err := runCLI(t, "repack", "--from-dir", snapDir, "--output", fromDir, "--reserve", "-1"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, how := range []string{"flag", "env"} {
@@ -210,16 +159,16 @@ func TestRepackOfflineFromCache(t *testing.T) {
 
 	// A shard missing from the cache: exit 2, naming it.
 	var blob string
-	ents, _ := os.ReadDir(dl.SnapshotDir)
+	ents, _ := os.ReadDir(snapDir)
 	for _, e := range ents {
 		if e.Name() == "model-00003-of-00003.safetensors" {
-			blob, _ = filepath.EvalSymlinks(filepath.Join(dl.SnapshotDir, e.Name()))
+			blob, _ = filepath.EvalSymlinks(filepath.Join(snapDir, e.Name()))
 		}
 	}
 	if blob == "" || os.Remove(blob) != nil {
 		t.Fatal("no blob to remove")
 	}
-	out, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1")
+	out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", filepath.Join(t.TempDir(), "x.qpack"), "--reserve", "-1")
 	if vfExitCode(err) != 2 || !strings.Contains(err.Error(), "model-00003-of-00003.safetensors") || !strings.Contains(err.Error(), "not in the local cache") {
 		t.Fatalf("missing shard: exit %d, %v\n%s", vfExitCode(err), err, out)
 	}
@@ -227,4 +176,57 @@ func TestRepackOfflineFromCache(t *testing.T) {
 	if vfExitCode(err) != 2 || !strings.Contains(err.Error()+out, "model-00003-of-00003.safetensors") {
 		t.Fatalf("missing shard, deep verify: exit %d, %v\n%s", vfExitCode(err), err, out)
 	}
+}
+
+// The partial-cache half of testdata/hubcheck/offline.sh, with a cache our
+// own downloader wrote: one shard and tokenizer.json are removed from the
+// cache; repack --from-hf fetches exactly those (the removed shard's
+// header once more before it streams), writes nothing to the cache, and
+// makes the container a full fetch makes.
+func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
+	hub := srcHub(t)
+	cache, snapDir := srcDownload(t)
+	full := filepath.Join(t.TempDir(), "full.qpack")
+	if out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--no-cache", "--output", full, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	missing := []string{"model-00002-of-00003.safetensors", "tokenizer.json"}
+	for _, m := range missing {
+		blob, err := filepath.EvalSymlinks(filepath.Join(snapDir, m))
+		if err != nil || os.Remove(blob) != nil {
+			t.Fatalf("removing %s: %v", m, err)
+		}
+	}
+	hub.ResetLog()
+	part := filepath.Join(t.TempDir(), "part.qpack")
+	if out, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--output", part, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := map[string]int64{}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got = map[string]int64{}
+		pending := false
+		for _, r := range hub.Requests() {
+			pending = pending || r.Status == 0
+			if r.Method == "GET" && r.File != "" {
+				got[r.File] += r.BodyBytes
+			}
+		}
+		if !pending || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	shard := filepath.Join(srcTiny, missing[0])
+	want := map[string]int64{missing[0]: fileSize(t, shard) + headerLen(t, shard), missing[1]: fileSize(t, filepath.Join(srcTiny, missing[1]))}
+	if len(got) != 2 || got[missing[0]] != want[missing[0]] || got[missing[1]] != want[missing[1]] {
+		t.Fatalf("fetched %v, want %v", got, want)
+	}
+	for _, m := range missing {
+		if _, err := os.Stat(filepath.Join(snapDir, m)); err == nil {
+			t.Errorf("%s was written back to the cache", m)
+		}
+	}
+	sameFiles(t, full, part)
 }

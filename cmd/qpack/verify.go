@@ -230,8 +230,8 @@ func printVerify(w io.Writer, out *verifyOutput) {
 		fmt.Fprintf(w, "  … and %d more problems\n", r.ProblemsOmitted)
 	}
 	if d := r.Deep; d != nil {
-		fmt.Fprintf(w, "deep check against %s: %d dense tensors and %d expert sections compared (%s), %s read from the source in %.1f s\n",
-			d.Source, d.DenseTensors, d.ExpertSlices, shortBytes(d.BytesCompared), shortBytes(d.SourceBytesRead), d.Seconds)
+		fmt.Fprintf(w, "deep check against %s: %d dense tensors, %d expert sections and %d side files compared (%s), %s read from the source in %.1f s\n",
+			d.Source, d.DenseTensors, d.ExpertSlices, d.SideFiles, shortBytes(d.BytesCompared), shortBytes(d.SourceBytesRead), d.Seconds)
 		for _, s := range d.Shards {
 			fmt.Fprintf(w, "  shard %s: %s\n", s.Name, s.Status)
 		}

@@ -1,3 +1,5 @@
+//go:build unix
+
 package regfile
 
 import (
@@ -8,20 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// within fails the test if fn does not return within a few seconds: a
-// regression that blocks on open(2) fails instead of hanging the run.
-func within(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("blocked for 5 s")
-	}
-}
+	"github.com/qpack-go/qpack/internal/bounded"
+)
 
 func TestOpenRefusesNonRegular(t *testing.T) {
 	dir := t.TempDir()
@@ -45,7 +36,7 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 		if _, err := os.Lstat(c.path); err != nil {
 			continue
 		}
-		within(t, func() {
+		bounded.Within(t, 5*time.Second, "Open("+c.path+")", func() {
 			_, _, err := Open(c.path)
 			if err == nil || !IsNotRegular(err) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
 				t.Errorf("Open(%s) = %v, want a NotRegularError saying %q", c.path, err, c.want)

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/repack"
+)
+
+// recordedOffline is the output of testdata/hubcheck/offline.sh as run on
+// the device machine with huggingface_hub 1.33.
+const recordedOffline = "../../testdata/hubcheck/recorded-offline"
+
+// The recorded offline / partial-cache check is complete and consistent
+// with the checkpoint it served: every step passed against
+// huggingface_hub 1.33; the offline container names the commit of the
+// snapshot the official client wrote; the request log of the partial run
+// shows exactly the bytes of the two files removed from the cache (plus
+// the removed shard's header, read once before it streams), computed here
+// from the bundled checkpoint.
+func TestRecordedOfflineCheck(t *testing.T) {
+	summary, err := os.ReadFile(filepath.Join(recordedOffline, "summary.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(summary)), "\n")
+	if !strings.Contains(lines[0], "huggingface_hub 1.33") {
+		t.Fatalf("not a run against huggingface_hub 1.33: %s", lines[0])
+	}
+	passes := 0
+	for _, l := range lines[1 : len(lines)-1] {
+		switch {
+		case strings.HasPrefix(l, "PASS "):
+			passes++
+		case strings.HasPrefix(l, "# "):
+		default:
+			t.Errorf("summary line %q", l)
+		}
+	}
+	if want := regexp.MustCompile(`^(\d+) passed, 0 failed$`); !want.MatchString(lines[len(lines)-1]) || passes != 9 {
+		t.Fatalf("%d PASS lines, last line %q", passes, lines[len(lines)-1])
+	}
+	for _, step := range []string{"snapshot_download filled the cache", "HF_HUB_OFFLINE=1 repack --from-hf", "byte-identical to --from-dir",
+		"verify-install --deep --source REPO", "exit 2 naming it", "only the files missing from the cache were fetched", "the cache was not written"} {
+		if !regexp.MustCompile(`(?m)^PASS .*` + regexp.QuoteMeta(step)).Match(summary) {
+			t.Errorf("no PASS for %q", step)
+		}
+	}
+
+	// The offline repack: the snapshot's commit, every shard verified.
+	var off, part repack.Result
+	for p, r := range map[string]*repack.Result{"repack-offline.json": &off, "repack-partial.json": &part} {
+		data, err := os.ReadFile(filepath.Join(recordedOffline, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, r); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if len(r.Shards) != 3 {
+			t.Fatalf("%s: %d shards", p, len(r.Shards))
+		}
+		for _, s := range r.Shards {
+			if !s.Verified || s.SHA256 != fileSHA(t, filepath.Join(srcTiny, s.Name)) {
+				t.Errorf("%s: shard %+v", p, s)
+			}
+		}
+	}
+	layout, err := os.ReadFile(filepath.Join(recordedOffline, "layout-c1.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(layout), "/snapshots/"+off.Commit+"/model-00001-of-00003.safetensors -> ../../blobs/") {
+		t.Errorf("the offline repack's commit %s is not the cached snapshot's", off.Commit)
+	}
+	if off.OutputBytes != part.OutputBytes || off.OutputBytes == 0 {
+		t.Errorf("output bytes %d and %d", off.OutputBytes, part.OutputBytes)
+	}
+
+	// The partial run's log.
+	f, err := os.Open(filepath.Join(recordedOffline, "hub-requests-partial.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r struct {
+			Method, File string
+			BodyBytes    int64
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Method == "GET" && r.File != "" {
+			got[r.File] += r.BodyBytes
+		}
+	}
+	want := map[string]int64{
+		"model-00002-of-00003.safetensors": fileSize(t, filepath.Join(srcTiny, "model-00002-of-00003.safetensors")) + headerLen(t, filepath.Join(srcTiny, "model-00002-of-00003.safetensors")),
+		"tokenizer.json":                   fileSize(t, filepath.Join(srcTiny, "tokenizer.json")),
+	}
+	if len(got) != len(want) || got["tokenizer.json"] != want["tokenizer.json"] || got["model-00002-of-00003.safetensors"] != want["model-00002-of-00003.safetensors"] {
+		t.Fatalf("fetched %v, want %v", got, want)
+	}
+}
+
+func fileSize(t *testing.T, p string) int64 {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// headerLen is 8 + the header JSON length of a safetensors file.
+func headerLen(t *testing.T, p string) int64 {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [8]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	return 8 + int64(binary.LittleEndian.Uint64(b[:]))
+}
+
+func fileSHA(t *testing.T, p string) string {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
