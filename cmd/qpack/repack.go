@@ -40,6 +40,7 @@ any point, the same command resumes; a Hub repo that already holds a .qpack is d
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON summary on stdout"},
 			&cli.StringFlag{Name: "token", Usage: "Hub access token (default: HF_TOKEN, then the token file)", EnvVars: nil},
 			&cli.Int64Flag{Name: "range-size", Usage: "bytes per range read", Value: repack.DefaultRangeSize, Hidden: true},
+			&cli.IntFlag{Name: "tile-size", Usage: "bytes each connection writes at a time (the most an interrupt loses per connection)", Value: repack.DefaultTileSize, Hidden: true},
 			&cli.Int64Flag{Name: "reserve", Usage: "free space to leave on the output's disk, in bytes (default 1 GiB; -1: none)", Hidden: true},
 		},
 		Action: repackAction,
@@ -90,7 +91,7 @@ func repackAction(c *cli.Context) error {
 	o := repack.Options{
 		FromHF: hf, Revision: c.String("revision"), FromDir: dir, Output: out,
 		Connections: c.Int("connections"), Overwrite: c.Bool("overwrite"), DiscardPartial: c.Bool("discard-partial"),
-		Token: c.String("token"), RangeSize: c.Int64("range-size"), Reserve: c.Int64("reserve"),
+		Token: c.String("token"), RangeSize: c.Int64("range-size"), TileSize: c.Int("tile-size"), Reserve: c.Int64("reserve"),
 		ToolVersion: version, Logger: slog.Default(),
 	}
 	var bar *repackBar
