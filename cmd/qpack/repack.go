@@ -9,10 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
@@ -200,56 +197,3 @@ func repackShortCommit(c string) string {
 
 func repackIsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
-// repackBar shows one progress bar per phase of a repack on a terminal:
-// bytes, rate, ETA and the layer being written.
-type repackBar struct {
-	w     io.Writer
-	mu    sync.Mutex
-	phase string
-	layer int
-	bar   *progressbar.ProgressBar
-}
-
-var repackPhaseNames = map[string]string{
-	"check":    "checking the partial repack",
-	"copy":     "repacking",
-	"finish":   "hashing the container",
-	"download": "downloading",
-}
-
-func (b *repackBar) update(p repack.Progress) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.Phase != b.phase || b.bar == nil {
-		if b.bar != nil {
-			b.bar.Finish()
-			fmt.Fprintln(b.w)
-		}
-		b.phase, b.layer = p.Phase, -2
-		b.bar = progressbar.NewOptions64(p.Total,
-			progressbar.OptionSetWriter(b.w),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionShowTotalBytes(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionThrottle(150*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionSetDescription(repackPhaseNames[p.Phase]),
-			progressbar.OptionUseIECUnits(true),
-		)
-	}
-	if p.Layer >= 0 && p.Layer != b.layer {
-		b.layer = p.Layer
-		b.bar.Describe(fmt.Sprintf("%s, layer %d", repackPhaseNames[p.Phase], p.Layer))
-	}
-	b.bar.Set64(p.Done)
-}
-
-func (b *repackBar) finish() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.bar != nil {
-		b.bar.Finish()
-		fmt.Fprintln(b.w)
-	}
-}
