@@ -131,8 +131,8 @@ type termProgress struct {
 	files   int
 	done    int
 	failed  int
-	bytes   int64 // what the plan fetches
-	fetched int64 // of it, bytes fetched by this run
+	bytes   int64               // what the plan fetches
+	fetched int64               // of it, bytes fetched by this run
 	cur     map[string][2]int64 // path → fetched, size
 	started map[string]time.Time
 }

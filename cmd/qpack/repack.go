@@ -196,4 +196,3 @@ func repackShortCommit(c string) string {
 }
 
 func repackIsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
-
