@@ -95,7 +95,10 @@ func TestExitCodesAcrossCommands(t *testing.T) {
 	// An interrupt: the context is cancelled before the work starts.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, name := range []string{"download", "repack"} {
+	commands["verify-install"] = func(string) []string {
+		return []string{"verify-install", "--deep", "--source", filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-q4g64"), "--no-receipt", container}
+	}
+	for _, name := range []string{"download", "repack", "verify-install"} {
 		var o, e bytes.Buffer
 		code := run(ctx, append([]string{"qpack"}, commands[name]("org/open")...), &o, &e)
 		if code != 130 || strings.TrimSpace(e.String()) != "qpack: "+resumeHint {

@@ -164,3 +164,18 @@ func TestDedupeMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingArgumentEveryCommand: a command run without its required
+// argument prints one line on stderr, nothing on stdout, and exits 2.
+func TestMissingArgumentEveryCommand(t *testing.T) {
+	app := newApp()
+	for _, c := range app.Commands {
+		if c.Hidden || c.Name == "quickstart" { // quickstart needs no argument
+			continue
+		}
+		stdout, stderr, code := runMain(t, c.Name)
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("qpack %s: exit %d, stdout %q, stderr %q", c.Name, code, stdout, stderr)
+		}
+	}
+}
