@@ -482,6 +482,13 @@ func (x *executor) run(ctx context.Context, redo []srcRange) error {
 		return err
 	}
 	x.inflight.init(x.j.Partial)
+	if n := len(x.j.Partial); n > 0 {
+		var b int64
+		for _, p := range x.j.Partial {
+			b += p.Done
+		}
+		x.log.Info("resuming ranges in flight", "ranges", n, "bytes", b)
+	}
 	x.j.Partial = nil // commits take the records from x.inflight
 	if x.reporter.interval == 0 {
 		x.reporter.interval = 100 * time.Millisecond

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/hfhub/hubtest"
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/safetensors"
 )
 
 func TestExitCode(t *testing.T) {
@@ -29,6 +32,10 @@ func TestExitCode(t *testing.T) {
 		{fmt.Errorf("x: %w", context.Canceled), 130},
 		{withCode(1, hfhub.ErrRepoNotFound), 1}, // a command's own code wins
 		{&interruptedError{err: errors.New("x")}, 130},
+		{fmt.Errorf("m: %w", &safetensors.FormatError{File: "a.safetensors", Msg: "bad"}), 2},
+		{&qpack.Error{File: "manifest.json", Err: qpack.ErrInvalid}, 2},
+		{fmt.Errorf("config.json: %w", jsonSyntaxError()), 2},
+		{fmt.Errorf("%w: %w", hfhub.ErrBadResponse, jsonSyntaxError()), 1},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("%v: exit %d, want %d", tc.err, got, tc.want)
@@ -105,4 +112,9 @@ func TestExitCodesAcrossCommands(t *testing.T) {
 			t.Errorf("%s interrupted: exit %d, stderr %q", name, code, e.String())
 		}
 	}
+}
+
+func jsonSyntaxError() error {
+	var v any
+	return json.Unmarshal([]byte("{bad"), &v)
 }

@@ -179,3 +179,13 @@ func TestMissingArgumentEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestLateFlagTypo: a misspelled flag that only parseLateFlags sees (the
+// command line did not go through normalizeArgs) is still one usage line
+// with a suggestion.
+func TestLateFlagTypo(t *testing.T) {
+	_, err := runCLI(t, "download", "org/m", "--revison", "x")
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "did you mean --revision?") {
+		t.Errorf("got %v (exit %d)", err, exitCode(err))
+	}
+}
