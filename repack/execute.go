@@ -488,6 +488,9 @@ func (x *executor) run(ctx context.Context, redo []srcRange) error {
 			b += p.Done
 		}
 		x.log.Info("resuming ranges in flight", "ranges", n, "bytes", b)
+		// Counted as in place from the start (a prefix found damaged is
+		// taken back), so progress shows them as resumed, not as speed.
+		x.streamed.Add(b)
 	}
 	x.j.Partial = nil // commits take the records from x.inflight
 	if x.reporter.interval == 0 {

@@ -102,12 +102,12 @@ func (x *executor) resumePrefix(r srcRange, buf []byte) (int64, *blake3.Hasher) 
 		return 0, h
 	}
 	pre := srcRange{id: r.id, shard: r.shard, off: r.off, end: r.off + rec.Done}
-	if err := x.hashPlaced(pre, h, buf); err == nil && hexSum(h) == rec.Digest {
-		x.streamed.Add(rec.Done)
+	err := x.hashPlaced(pre, h, buf)
+	if err == nil && hexSum(h) == rec.Digest {
 		return rec.Done, h
-	} else {
-		x.log.Debug("partial range on disk does not match its record; fetching it again", "range", r.id, "err", err)
 	}
+	x.log.Debug("partial range on disk does not match its record; fetching it again", "range", r.id, "err", err)
+	x.streamed.Add(-rec.Done)
 	x.inflight.drop(r.id)
 	return 0, prefixHasher(r)
 }
