@@ -39,7 +39,7 @@ func TestRepackSIGINT(t *testing.T) {
 		tile        = 64 << 10
 		// inFlight bounds what the network holds that the repack has not
 		// yet read (socket buffers, the client's read buffer) at 1 MiB/s.
-		inFlight = 256 << 10
+		inFlight = 512 << 10
 	)
 	hub, err := hubtest.NewServer(hubtest.Config{BandwidthPerConn: rate})
 	if err != nil {
