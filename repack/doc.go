@@ -66,7 +66,20 @@
 // midstate; the re-fetched bytes must pass the same check), then continues
 // the shard hash from the midstate at F. No completed range is fetched
 // again.
-// Ranges after F that were written but not committed are simply redone.
+//
+// Ranges at or after F that were in flight are not lost either: after every
+// tile (TileSize, 2 MiB by default) it wrote, a worker records how many of
+// its range's bytes are in place and a BLAKE3 digest of them in source
+// order (domain-separated from range digests and bound to the range's id,
+// shard and offset); the journal carries these records, saved with the
+// other commits and every 2 s while ranges are slow to arrive. A resumed
+// run re-reads such a prefix from disk (the spill file for gap bytes),
+// compares its digest, and fetches only the rest of the range; a prefix
+// that does not match is dropped and its range fetched whole. The prefix
+// digest only decides what need not be fetched again: every byte still
+// passes the sha256 chain, re-read from disk, when its range is committed.
+// An interrupt or a kill therefore loses at most a tile per connection
+// (plus what the network had in flight).
 // Because completion is in order, the bytes hashed are always exactly the
 // shard's bytes in order: there is no need to re-assemble the shard.
 //

@@ -67,6 +67,13 @@ type executor struct {
 	fetched atomic.Int64 // source bytes streamed by workers
 	redone  int
 	sealed  []bool // layers handed to Writer.SealLayer
+
+	// streamed counts the bytes of ranges after the frontier that are in
+	// place (fetched by this run, or a checked prefix of an earlier one),
+	// for progress; inflight records them per range for the journal.
+	streamed atomic.Int64
+	inflight partialState
+	reporter progressReporter
 }
 
 // rangeJob is one unit of work: a range, and whether it is a redo of a
@@ -125,6 +132,18 @@ func (x *executor) pieces(r srcRange) []piece {
 func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 	r := job.r
 	pcs := x.pieces(r)
+	sh := x.shards[r.shard]
+	fb, isFile := sh.(fileBacked)
+	isFile = isFile && kernelCopy
+	// A range an earlier run began: keep its checked prefix (streamed
+	// ranges only: a local copy is fast to redo).
+	start := r.off
+	var pfx *blake3.Hasher
+	if !job.redo && !isFile {
+		var done int64
+		done, pfx = x.resumePrefix(r, buf)
+		start += done
+	}
 	var gap *os.File
 	var gapLen int64
 	if !job.redo {
@@ -134,7 +153,11 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 			}
 		}
 		if gapLen > 0 {
-			f, err := os.OpenFile(x.gapPath(r.id), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+			flags := os.O_CREATE | os.O_WRONLY
+			if start == r.off {
+				flags |= os.O_TRUNC
+			}
+			f, err := os.OpenFile(x.gapPath(r.id), flags, 0o644)
 			if err != nil {
 				return err
 			}
@@ -142,9 +165,8 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 			gap = f
 		}
 	}
-	sh := x.shards[r.shard]
-	if fb, ok := sh.(fileBacked); ok && kernelCopy {
-		if err := x.copyPieces(ctx, r, pcs, gap, fb.file()); err != nil {
+	if isFile {
+		if err := x.copyPieces(ctx, r, pcs, gap, fb.file(), !job.redo); err != nil {
 			return fmt.Errorf("source shard %s, bytes %d-%d: %w", sh.Name(), r.off, r.end, err)
 		}
 		if x.hooks != nil && x.hooks.afterRange != nil {
@@ -153,7 +175,10 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 		return nil
 	}
 	consume := func(body io.Reader) error {
-		pos := r.off
+		if !job.redo {
+			body = &countingReader{r: body, x: x, layer: r.firstLayer}
+		}
+		pos := start
 		pi := 0          // current piece
 		var gapOff int64 // where the current gap piece's bytes go in the spill file
 		for pos < r.end {
@@ -193,6 +218,11 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 				cur = end
 			}
 			pos += n
+			if pfx != nil {
+				// The tile is in place: record the range's progress.
+				pfx.Write(b)
+				x.inflight.set(partialRange{Range: r.id, Done: pos - r.off, Digest: hexSum(pfx)})
+			}
 			if x.hooks != nil && x.hooks.tileDelay > 0 {
 				select {
 				case <-time.After(x.hooks.tileDelay):
@@ -204,10 +234,13 @@ func (x *executor) fetch(ctx context.Context, job *rangeJob, buf []byte) error {
 		return nil
 	}
 	var err error
-	if rs, ok := sh.(RangeStreamer); ok {
-		err = rs.StreamRange(ctx, r.off, r.end-r.off, consume)
-	} else {
-		err = consume(io.NewSectionReader(sh, r.off, r.end-r.off))
+	switch rs, ok := sh.(RangeStreamer); {
+	case start == r.end:
+		// Every byte was fetched by an earlier run and is still in place.
+	case ok:
+		err = rs.StreamRange(ctx, start, r.end-start, consume)
+	default:
+		err = consume(io.NewSectionReader(sh, start, r.end-start))
 	}
 	if err != nil {
 		return fmt.Errorf("source shard %s, bytes %d-%d: %w", sh.Name(), r.off, r.end, err)
@@ -231,8 +264,8 @@ const kernelCopy = runtime.GOOS == "linux"
 
 // copyPieces copies the pieces of range r from the source file src to
 // their destinations; gap bytes go to the spill file gap when it is not
-// nil.
-func (x *executor) copyPieces(ctx context.Context, r srcRange, pcs []piece, gap *os.File, src *os.File) error {
+// nil; count says the bytes are new progress (not a redo).
+func (x *executor) copyPieces(ctx context.Context, r srcRange, pcs []piece, gap *os.File, src *os.File, count bool) error {
 	var gapOff int64
 	for _, pc := range pcs {
 		if err := ctx.Err(); err != nil {
@@ -256,6 +289,10 @@ func (x *executor) copyPieces(ctx context.Context, r srcRange, pcs []piece, gap 
 			return err
 		}
 		x.fetched.Add(pc.n)
+		if count {
+			x.streamed.Add(pc.n)
+			x.report(r.firstLayer, false)
+		}
 	}
 	return nil
 }
@@ -444,6 +481,22 @@ func (x *executor) run(ctx context.Context, redo []srcRange) error {
 	if err := os.MkdirAll(filepath.Join(x.partial, gapDir), 0o755); err != nil {
 		return err
 	}
+	x.inflight.init(x.j.Partial)
+	if n := len(x.j.Partial); n > 0 {
+		var b int64
+		for _, p := range x.j.Partial {
+			b += p.Done
+		}
+		x.log.Info("resuming ranges in flight", "ranges", n, "bytes", b)
+		// Counted as in place from the start (a prefix found damaged is
+		// taken back), so progress shows them as resumed, not as speed.
+		x.streamed.Add(b)
+	}
+	x.j.Partial = nil // commits take the records from x.inflight
+	if x.reporter.interval == 0 {
+		x.reporter.interval = 100 * time.Millisecond
+	}
+	x.reporter.lastLayer = -1
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -497,7 +550,6 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 		dirty       bool
 		sinceCommit int64
 		lastCommit  = time.Now()
-		committed   int64
 		pendingRedo int
 	)
 	for _, jb := range jobs {
@@ -513,24 +565,46 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 	// commit hands a snapshot of the journal to the writer, which fsyncs
 	// the container's files and then replaces the journal, while the
 	// ranges after it go on.
+	savedGen := x.inflight.gen.Load() // the in-flight records as last saved
 	commit := func() {
-		if !dirty {
+		gen := x.inflight.gen.Load()
+		if !dirty && gen == savedGen {
 			return
 		}
+		snap := x.j.snapshot()
+		snap.Partial = x.inflight.list(snap.Frontier)
 		if x.hooks != nil {
 			// Tests stop at exact frontiers: commit in line.
-			jw.writeNow(x.j.snapshot())
+			jw.writeNow(snap)
 		} else {
-			jw.submit(x.j.snapshot())
+			jw.submit(snap)
 		}
-		dirty, sinceCommit, lastCommit = false, 0, time.Now()
+		dirty, sinceCommit, lastCommit, savedGen = false, 0, time.Now(), gen
 	}
+	// While a range is slow to arrive, the progress inside the ranges in
+	// flight is saved every commitEvery.
+	var tick <-chan time.Time
+	if x.commitEvery > 0 {
+		t := time.NewTicker(x.commitEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	defer x.report(-1, true)
 	for _, jb := range jobs {
 		var ferr error
-		select {
-		case ferr = <-jb.done:
-		case <-ctx.Done():
-			ferr = ctx.Err()
+	wait:
+		for {
+			select {
+			case ferr = <-jb.done:
+				break wait
+			case <-ctx.Done():
+				ferr = ctx.Err()
+				break wait
+			case <-tick:
+				if time.Since(lastCommit) >= x.commitEvery {
+					commit()
+				}
+			}
 		}
 		if err := jw.error(); err != nil && ferr == nil {
 			ferr = err
@@ -573,6 +647,7 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 				return err
 			}
 			os.Remove(x.gapPath(r.id))
+			x.inflight.drop(r.id)
 			x.j.Digests = append(x.j.Digests, d)
 			x.j.Chain = append(x.j.Chain, st)
 			x.j.Frontier++
@@ -612,10 +687,6 @@ func (x *executor) commitLoop(ctx context.Context, jobs []*rangeJob, window chan
 		<-window
 		dirty = true
 		sinceCommit += r.end - r.off
-		committed += r.end - r.off
-		if x.progress != nil {
-			x.progress(committed, r.firstLayer)
-		}
 		if sinceCommit >= x.commitBytes || time.Since(lastCommit) >= x.commitEvery {
 			commit()
 		}

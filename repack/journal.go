@@ -73,6 +73,23 @@ type journal struct {
 	// when the source publishes a git blob id rather than a sha256 for it
 	// (a regular, non-LFS file on the Hub).
 	BlobState string `json:"blobState,omitempty"`
+	// Partial records ranges at or after the frontier whose first bytes are
+	// already in the container (and, for gap bytes, in the range's spill
+	// file), so that an interrupted run loses at most a tile per
+	// connection. A resumed run re-reads such a prefix from disk, checks it
+	// against Digest, and fetches only the rest of the range; the range
+	// still goes through the sha256 chain (re-read from disk) when it is
+	// committed. Ascending by range.
+	Partial []partialRange `json:"partial,omitempty"`
+}
+
+// partialRange is the fetched prefix [off, off+Done) of range Range.
+type partialRange struct {
+	Range int   `json:"range"`
+	Done  int64 `json:"done"` // bytes, 0 < Done <= the range's size
+	// Digest is the BLAKE3 prefix digest (prefixHasher) of those bytes in
+	// source order, as fetched.
+	Digest string `json:"digest"`
 }
 
 func newJournal(fp string, rangeSize int64, ident string, ranges int) *journal {
@@ -151,6 +168,18 @@ func (j *journal) check(m *layoutMap, shards []Shard) error {
 	for i, d := range j.ShardSHA256 {
 		if !isHex(d, 64) {
 			return fmt.Errorf("sha256 of shard %d is not 64 hex digits", i)
+		}
+	}
+	for i, p := range j.Partial {
+		switch {
+		case p.Range < j.Frontier || p.Range >= j.Ranges:
+			return fmt.Errorf("partial range %d is not after the frontier %d", p.Range, j.Frontier)
+		case i > 0 && p.Range <= j.Partial[i-1].Range:
+			return fmt.Errorf("partial ranges are not in ascending order at range %d", p.Range)
+		case p.Done <= 0 || p.Done > m.ranges[p.Range].end-m.ranges[p.Range].off:
+			return fmt.Errorf("partial range %d: %d bytes done of %d", p.Range, p.Done, m.ranges[p.Range].end-m.ranges[p.Range].off)
+		case !isHex(p.Digest, 64):
+			return fmt.Errorf("digest of partial range %d is not 64 hex digits", p.Range)
 		}
 	}
 	midShard := j.Frontier < j.Ranges && j.Frontier > 0 && m.ranges[j.Frontier-1].shard == m.ranges[j.Frontier].shard
@@ -324,5 +353,6 @@ func (j *journal) snapshot() *journal {
 	c.Digests = append([]string(nil), j.Digests...)
 	c.Chain = append([]string(nil), j.Chain...)
 	c.ShardSHA256 = append([]string(nil), j.ShardSHA256...)
+	c.Partial = append([]partialRange(nil), j.Partial...)
 	return &c
 }

@@ -89,11 +89,31 @@ func TestJournalCheck(t *testing.T) {
 	if string(h.sha.Sum(nil)) != string(h2.sha.Sum(nil)) || string(h.blob.Sum(nil)) != string(h2.blob.Sum(nil)) {
 		t.Error("restored midstate continues differently")
 	}
+	// Records of ranges in flight after the frontier.
+	size := func(k int) int64 { return m.ranges[k].end - m.ranges[k].off }
+	if j.Frontier+1 >= len(m.ranges) {
+		t.Fatal("the fixture has too few ranges after the frontier")
+	}
+	okPartial := []partialRange{{Range: j.Frontier, Done: 1, Digest: strings.Repeat("a", 64)},
+		{Range: j.Frontier + 1, Done: size(j.Frontier + 1), Digest: strings.Repeat("b", 64)}}
+	withPartial := j.snapshot()
+	withPartial.Partial = okPartial
+	if err := withPartial.check(m, shards); err != nil {
+		t.Fatalf("journal with partial ranges refused: %v", err)
+	}
+	setPartial := func(p ...partialRange) func(j *journal) { return func(j *journal) { j.Partial = p } }
 	bad := []struct {
 		name string
 		mod  func(j *journal)
 		want string
 	}{
+		{"partial before the frontier", setPartial(partialRange{Range: j.Frontier - 1, Done: 1, Digest: okPartial[0].Digest}), "not after the frontier"},
+		{"partial past the end", setPartial(partialRange{Range: len(m.ranges), Done: 1, Digest: okPartial[0].Digest}), "not after the frontier"},
+		{"partial out of order", setPartial(okPartial[1], okPartial[0]), "ascending"},
+		{"partial twice", setPartial(okPartial[0], okPartial[0]), "ascending"},
+		{"partial with nothing done", setPartial(partialRange{Range: j.Frontier, Done: 0, Digest: okPartial[0].Digest}), "bytes done"},
+		{"partial past its range", setPartial(partialRange{Range: j.Frontier, Done: size(j.Frontier) + 1, Digest: okPartial[0].Digest}), "bytes done"},
+		{"partial bad digest", setPartial(partialRange{Range: j.Frontier, Done: 1, Digest: "ABC"}), "digest of partial range"},
 		{"digest count", func(j *journal) { j.Digests = j.Digests[1:] }, "digests"},
 		{"chain count", func(j *journal) { j.Chain = j.Chain[1:] }, "chain states"},
 		{"no digest for a range with gap bytes", func(j *journal) { j.Digests[0] = "" }, "has no digest"},

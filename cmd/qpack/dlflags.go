@@ -31,7 +31,7 @@ func parseLateFlags(c *cli.Context) (*lateFlags, error) {
 	rest := c.Args().Slice()
 	for len(rest) > 0 {
 		if err := set.Parse(rest); err != nil {
-			return nil, withCode(2, err)
+			return nil, flagUsageError(c.Command.Name, c.Command.Flags, err)
 		}
 		rest = set.Args()
 		if len(rest) > 0 {

@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
@@ -122,18 +121,20 @@ func writeDownloadJSON(w io.Writer, res *hfhub.DownloadResult, start time.Time, 
 	return writeJSON(w, out)
 }
 
-// termProgress draws one bar for the total (bytes, rate, ETA) whose label
-// names the file being fetched and its percentage, and prints a line per
-// finished file.
+// termProgress shows a download on a terminal: one line with the bytes
+// done of the total, one percentage, the rate, the time left and the file
+// being fetched; a line per finished file; and a closing total line.
 type termProgress struct {
 	w       io.Writer
 	mu      sync.Mutex
-	bar     *progressbar.ProgressBar
+	bar     *termBar
 	files   int
 	done    int
+	failed  int
+	bytes   int64               // what the plan fetches
+	fetched int64               // of it, bytes fetched by this run
 	cur     map[string][2]int64 // path → fetched, size
 	started map[string]time.Time
-	last    time.Time
 }
 
 func newTermProgress(w io.Writer) *termProgress {
@@ -143,19 +144,8 @@ func newTermProgress(w io.Writer) *termProgress {
 func (p *termProgress) Plan(files int, bytes int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.files = files
-	p.bar = progressbar.NewOptions64(bytes,
-		progressbar.OptionSetWriter(p.w),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionShowTotalBytes(true),
-		progressbar.OptionSetWidth(25),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionUseIECUnits(true),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetDescription(fmt.Sprintf("[0/%d]", files)),
-	)
+	p.files, p.bytes = files, bytes
+	p.bar = newTermBar(p.w, fmt.Sprintf("[0/%d]", files), bytes)
 }
 
 func (p *termProgress) FileStart(path string, size, already int64) {
@@ -164,9 +154,9 @@ func (p *termProgress) FileStart(path string, size, already int64) {
 	p.cur[path] = [2]int64{already, size}
 	p.started[path] = time.Now()
 	if p.bar != nil && already > 0 {
-		p.bar.ChangeMax64(p.bar.GetMax64() - already) // the bar counts this run's bytes
+		p.bar.resumed(already) // done, but not part of the rate
 	}
-	p.describe(true)
+	p.describe()
 }
 
 func (p *termProgress) Add(path string, n int64) {
@@ -175,10 +165,10 @@ func (p *termProgress) Add(path string, n int64) {
 	c := p.cur[path]
 	c[0] += n
 	p.cur[path] = c
+	p.fetched += n
 	if p.bar != nil {
-		p.bar.Add64(n)
+		p.bar.add(n)
 	}
-	p.describe(false)
 }
 
 func (p *termProgress) FileDone(path string, err error) {
@@ -189,9 +179,10 @@ func (p *termProgress) FileDone(path string, err error) {
 	delete(p.cur, path)
 	p.done++
 	if p.bar != nil {
-		p.bar.Clear()
+		p.bar.clear()
 	}
 	if err != nil {
+		p.failed++
 		fmt.Fprintf(p.w, "✗ %s: %v\n", path, err)
 	} else {
 		rate := ""
@@ -200,15 +191,15 @@ func (p *termProgress) FileDone(path string, err error) {
 		}
 		fmt.Fprintf(p.w, "✓ %s (%s%s)\n", path, sizeIEC(c[1]), rate)
 	}
-	p.describe(true)
+	p.describe()
 }
 
-// describe labels the bar with the progress of one file in flight.
-func (p *termProgress) describe(force bool) {
-	if p.bar == nil || (!force && time.Since(p.last) < 200*time.Millisecond) {
+// describe labels the bar with the file count and the file in flight
+// (the first by name); the percentage on the line is the total's.
+func (p *termProgress) describe() {
+	if p.bar == nil {
 		return
 	}
-	p.last = time.Now()
 	label := fmt.Sprintf("[%d/%d]", p.done, p.files)
 	var name string
 	for k := range p.cur {
@@ -217,23 +208,29 @@ func (p *termProgress) describe(force bool) {
 		}
 	}
 	if name != "" {
-		c := p.cur[name]
-		pct := 100.0
-		if c[1] > 0 {
-			pct = 100 * float64(c[0]) / float64(c[1])
-		}
 		if len(name) > 40 {
 			name = "…" + name[len(name)-39:]
 		}
-		label += fmt.Sprintf(" %s %.0f%%", name, pct)
+		label += " " + name
 	}
-	p.bar.Describe(label)
+	p.bar.setLabel(label)
 }
 
+// finish replaces the bar with the closing total line.
 func (p *termProgress) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.bar != nil {
-		p.bar.Finish()
+	if p.bar == nil {
+		return
 	}
+	el := p.bar.elapsed()
+	rate := ""
+	if s := el.Seconds(); s > 0 && p.fetched > 0 {
+		rate = fmt.Sprintf(", %s/s", sizeIEC(int64(float64(p.fetched)/s)))
+	}
+	summary := fmt.Sprintf("%d of %d files, %s fetched in %s%s", p.done-p.failed, p.files, sizeIEC(p.fetched), shortDuration(el), rate)
+	if p.failed > 0 {
+		summary += fmt.Sprintf("; %d failed", p.failed)
+	}
+	p.bar.finish(summary)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/safetensors"
 )
 
 // Exit codes, the same for every command.
@@ -74,6 +77,7 @@ var inputErrors = []error{
 	hfhub.ErrRepoNotFound, hfhub.ErrGatedRepo, hfhub.ErrRevisionNotFound,
 	hfhub.ErrEntryNotFound, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized,
 	hfhub.ErrNotCached, fs.ErrNotExist,
+	qpack.ErrNotContainer, qpack.ErrUnsupportedVersion, qpack.ErrInvalid,
 }
 
 // exitCode maps err to the process exit code: an exitError's own code, 130
@@ -93,12 +97,28 @@ func exitCode(err error) int {
 	if errors.Is(err, context.Canceled) {
 		return exitInterrupt
 	}
+	if errors.Is(err, hfhub.ErrBadResponse) || errors.Is(err, hfhub.ErrHashMismatch) {
+		return exitFailure // the server or the network failed, not the input
+	}
 	for _, e := range inputErrors {
 		if errors.Is(err, e) {
 			return exitUsage
 		}
 	}
+	if isBadInput(err) {
+		return exitUsage
+	}
 	return exitFailure
+}
+
+// isBadInput reports errors that describe a malformed input file: a
+// safetensors file, a container, a JSON file.
+func isBadInput(err error) bool {
+	var fe *safetensors.FormatError
+	var qe *qpack.Error
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	return errors.As(err, &fe) || errors.As(err, &qe) || errors.As(err, &se) || errors.As(err, &te)
 }
 
 // exitStatus prints err on w (unless it is silent) and returns its exit

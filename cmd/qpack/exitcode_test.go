@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/hfhub/hubtest"
+	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/safetensors"
 )
 
 func TestExitCode(t *testing.T) {
@@ -29,6 +32,10 @@ func TestExitCode(t *testing.T) {
 		{fmt.Errorf("x: %w", context.Canceled), 130},
 		{withCode(1, hfhub.ErrRepoNotFound), 1}, // a command's own code wins
 		{&interruptedError{err: errors.New("x")}, 130},
+		{fmt.Errorf("m: %w", &safetensors.FormatError{File: "a.safetensors", Msg: "bad"}), 2},
+		{&qpack.Error{File: "manifest.json", Err: qpack.ErrInvalid}, 2},
+		{fmt.Errorf("config.json: %w", jsonSyntaxError()), 2},
+		{fmt.Errorf("%w: %w", hfhub.ErrBadResponse, jsonSyntaxError()), 1},
 	} {
 		if got := exitCode(tc.err); got != tc.want {
 			t.Errorf("%v: exit %d, want %d", tc.err, got, tc.want)
@@ -95,11 +102,19 @@ func TestExitCodesAcrossCommands(t *testing.T) {
 	// An interrupt: the context is cancelled before the work starts.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, name := range []string{"download", "repack"} {
+	commands["verify-install"] = func(string) []string {
+		return []string{"verify-install", "--deep", "--source", filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-q4g64"), "--no-receipt", container}
+	}
+	for _, name := range []string{"download", "repack", "verify-install"} {
 		var o, e bytes.Buffer
 		code := run(ctx, append([]string{"qpack"}, commands[name]("org/open")...), &o, &e)
 		if code != 130 || strings.TrimSpace(e.String()) != "qpack: "+resumeHint {
 			t.Errorf("%s interrupted: exit %d, stderr %q", name, code, e.String())
 		}
 	}
+}
+
+func jsonSyntaxError() error {
+	var v any
+	return json.Unmarshal([]byte("{bad"), &v)
 }

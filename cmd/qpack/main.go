@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -85,10 +86,9 @@ func wrapAction(c *cli.Command) {
 	act := c.Action
 	c.Action = func(cc *cli.Context) error {
 		err := act(cc)
-		if err != nil && cc.Context.Err() != nil {
-			if code := exitCode(err); code != exitUsage {
-				return &interruptedError{err: err, resumable: resumable[c.Name]}
-			}
+		// A usage error stays one even if a signal came meanwhile.
+		if err != nil && cc.Context.Err() != nil && (errors.Is(err, context.Canceled) || exitCode(err) != exitUsage) {
+			return &interruptedError{err: err, resumable: resumable[c.Name]}
 		}
 		return err
 	}

@@ -164,3 +164,28 @@ func TestDedupeMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingArgumentEveryCommand: a command run without its required
+// argument prints one line on stderr, nothing on stdout, and exits 2.
+func TestMissingArgumentEveryCommand(t *testing.T) {
+	app := newApp()
+	for _, c := range app.Commands {
+		if c.Hidden || c.Name == "quickstart" { // quickstart needs no argument
+			continue
+		}
+		stdout, stderr, code := runMain(t, c.Name)
+		if code != 2 || stdout != "" || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("qpack %s: exit %d, stdout %q, stderr %q", c.Name, code, stdout, stderr)
+		}
+	}
+}
+
+// TestLateFlagTypo: a misspelled flag that only parseLateFlags sees (the
+// command line did not go through normalizeArgs) is still one usage line
+// with a suggestion.
+func TestLateFlagTypo(t *testing.T) {
+	_, err := runCLI(t, "download", "org/m", "--revison", "x")
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "did you mean --revision?") {
+		t.Errorf("got %v (exit %d)", err, exitCode(err))
+	}
+}

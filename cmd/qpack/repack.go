@@ -9,10 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
@@ -48,6 +45,7 @@ downloaded instead.`,
 			&cli.StringFlag{Name: "cache-dir", Usage: "HF cache root read for --from-hf (default: $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)"},
 			&cli.BoolFlag{Name: "no-cache", Usage: "fetch every --from-hf file from the Hub even when the HF cache has it"},
 			&cli.Int64Flag{Name: "range-size", Usage: "bytes per range read", Value: repack.DefaultRangeSize, Hidden: true},
+			&cli.IntFlag{Name: "tile-size", Usage: "bytes each connection writes at a time (the most an interrupt loses per connection)", Value: repack.DefaultTileSize, Hidden: true},
 			&cli.Int64Flag{Name: "reserve", Usage: "free space to leave on the output's disk, in bytes (default 1 GiB; -1: none)", Hidden: true},
 		},
 		Action: repackAction,
@@ -101,7 +99,7 @@ func repackAction(c *cli.Context) error {
 	o := repack.Options{
 		FromHF: hf, Revision: c.String("revision"), FromDir: dir, Output: out,
 		Connections: c.Int("connections"), Overwrite: c.Bool("overwrite"), DiscardPartial: c.Bool("discard-partial"),
-		Token: c.String("token"), RangeSize: c.Int64("range-size"), Reserve: c.Int64("reserve"),
+		Token: c.String("token"), RangeSize: c.Int64("range-size"), TileSize: c.Int("tile-size"), Reserve: c.Int64("reserve"),
 		ToolVersion: version, Logger: slog.Default(),
 		Offline: c.Bool("offline"), CacheDir: c.String("cache-dir"), NoCache: c.Bool("no-cache"),
 	}
@@ -214,57 +212,3 @@ func repackShortCommit(c string) string {
 }
 
 func repackIsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
-
-// repackBar shows one progress bar per phase of a repack on a terminal:
-// bytes, rate, ETA and the layer being written.
-type repackBar struct {
-	w     io.Writer
-	mu    sync.Mutex
-	phase string
-	layer int
-	bar   *progressbar.ProgressBar
-}
-
-var repackPhaseNames = map[string]string{
-	"check":    "checking the partial repack",
-	"copy":     "repacking",
-	"finish":   "hashing the container",
-	"download": "downloading",
-}
-
-func (b *repackBar) update(p repack.Progress) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if p.Phase != b.phase || b.bar == nil {
-		if b.bar != nil {
-			b.bar.Finish()
-			fmt.Fprintln(b.w)
-		}
-		b.phase, b.layer = p.Phase, -2
-		b.bar = progressbar.NewOptions64(p.Total,
-			progressbar.OptionSetWriter(b.w),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionShowTotalBytes(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionThrottle(150*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionSetDescription(repackPhaseNames[p.Phase]),
-			progressbar.OptionUseIECUnits(true),
-		)
-	}
-	if p.Layer >= 0 && p.Layer != b.layer {
-		b.layer = p.Layer
-		b.bar.Describe(fmt.Sprintf("%s, layer %d", repackPhaseNames[p.Phase], p.Layer))
-	}
-	b.bar.Set64(p.Done)
-}
-
-func (b *repackBar) finish() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.bar != nil {
-		b.bar.Finish()
-		fmt.Fprintln(b.w)
-	}
-}

@@ -99,6 +99,9 @@ func verifyInstall(c *cli.Context) error {
 
 	rep, _ := verify.Verify(c.Context, dir, o)
 	bar.finish()
+	if err := c.Context.Err(); err != nil {
+		return err // interrupted: no report (main says how to resume)
+	}
 
 	out := verifyOutput{Report: rep}
 	var receiptErr error
