@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/runner"
-	"github.com/qpack-go/qpack/runtime/sample"
 	"github.com/qpack-go/qpack/runtime/tokenizer"
 )
 
@@ -466,13 +465,22 @@ func TestChatStdinTurns(t *testing.T) {
 	}
 }
 
-// The template-less error of chat's --no-think.
-func TestChatNoThinkWithoutTemplate(t *testing.T) {
+// chat on a model without a chat template writes the turns in ChatML,
+// --system and --no-think included.
+func TestChatWithoutTemplate(t *testing.T) {
 	model := copyModel(t, func(dir string) {
 		editJSON(t, dir, "tokenizer_config.json", func(m map[string]any) { delete(m, "chat_template") })
 	})
-	_, _, err := runGenCLI(t, "chat", model, "hi", "--no-think")
-	wantExit2(t, err, "--no-think needs a chat template")
+	out, _, err := runGenCLI(t, "chat", model, "hi", "--no-think", "--system", "Be brief.", "-m", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got chatOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Turns) != 1 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := tinyTokenizer(t).Encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+	if tr := got.Turns[0]; tr.PromptTokens != len(want) || !slices.Equal(tr.PromptIDs, want) {
+		t.Errorf("prompt %v, want the ChatML rendering's %v", tr.PromptIDs, want)
+	}
 }
-
-var _ = sample.TransformersDefaults
