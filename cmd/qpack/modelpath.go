@@ -186,6 +186,13 @@ func indexShards(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseIndexShards(path, data)
+}
+
+// parseIndexShards lists, sorted and without duplicates, the shard files
+// the weight_map of an index file names; each must be a safe relative
+// path.
+func parseIndexShards(path string, data []byte) ([]string, error) {
 	var idx struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
