@@ -35,7 +35,7 @@ func init() {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file"},
 			&cli.BoolFlag{Name: "dump-layers", Usage: "also write every layer's output hidden state (needs --output)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object instead of a table"},
-			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit (default main)"},
+			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit", DefaultText: "main"},
 			backendFlag(),
 		},
 		Action: logitsAction,
