@@ -257,6 +257,11 @@ func TestGenerateSamplingDefaults(t *testing.T) {
 	if s := greedy.Sampling; s == nil || s.Mode != "greedy" || s.Temperature != 0 || s.Why != "generation_config.json has no do_sample" {
 		t.Fatalf("tiny model (no do_sample): %+v", greedy.Sampling)
 	}
+	// A filter flag without sampling changes nothing (and is reported so).
+	if g := genJSONRun(t, "", "generate", genModel, "--prompt", "Hello there", "-m", "8", "--top-k", "3"); g.Sampling.Mode != "greedy" ||
+		g.Sampling.TopK != 0 || g.Sampling.Sources["top_k"] != fromGreedy || !slices.Equal(g.Tokens, greedy.Tokens) {
+		t.Errorf("--top-k 3 when greedy: %+v tokens %v, want greedy %v", g.Sampling, g.Tokens, greedy.Tokens)
+	}
 	// do_sample false with sampling values: still greedy.
 	off := withGen(map[string]any{"do_sample": false, "temperature": 0.7, "top_k": 3})
 	if g := genJSONRun(t, "", "generate", off, "--prompt", "Hello there", "-m", "8"); g.Sampling.Mode != "greedy" || !slices.Equal(g.Tokens, greedy.Tokens) {
