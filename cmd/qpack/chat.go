@@ -102,6 +102,9 @@ func chatAction(c *cli.Context) error {
 	}
 	s.streamTo(c.App.Writer)
 	cr := &chatRun{s: s, r: r, sess: r.NewSession()}
+	if err := c.Context.Err(); err != nil {
+		return interrupted(err) // Ctrl-C while the model loaded
+	}
 	if turns := l.Args()[1:]; len(turns) > 0 {
 		err = cr.argTurns(c, turns)
 	} else {
