@@ -106,6 +106,9 @@ func cachedSnapshot(root, repo, revision string) (*snapshot, error) {
 	if !isCommitID(rev) {
 		refPath := filepath.Join(repoDir, "refs", filepath.FromSlash(rev))
 		data, err := readSmallFile(refPath, maxRefSize)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s@%s in the Hugging Face cache: %w", repo, rev, err)
+		}
 		if err != nil {
 			snaps := listDir(filepath.Join(repoDir, "snapshots"))
 			hint := "no snapshot is cached"
@@ -234,8 +237,14 @@ func listDir(dir string) []string {
 	return out
 }
 
-// readSmallFile reads at most limit bytes of path, refusing a larger file.
+// readSmallFile reads at most limit bytes of path, refusing a larger file
+// and anything but a regular file (a FIFO would block the open).
 func readSmallFile(path string, limit int64) ([]byte, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

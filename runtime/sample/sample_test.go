@@ -529,3 +529,4 @@ func TestTopPMatchesSortRule(t *testing.T) {
 		}
 	}
 }
+
