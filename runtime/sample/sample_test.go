@@ -529,4 +529,3 @@ func TestTopPMatchesSortRule(t *testing.T) {
 		}
 	}
 }
-
