@@ -56,6 +56,7 @@ func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"m", "max-new"}, Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn); prompt and conversation tokens plus these must fit the model's max_position_embeddings"},
 		&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit to run", DefaultText: "main"},
+		&cli.StringFlag{Name: "cache-dir", Usage: "with a repository id as MODEL: the HF cache root to look in", DefaultText: "$HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub"},
 		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Usage: "sampling temperature; 0 is greedy", DefaultText: "generation_config.json's; greedy unless its do_sample is true"},
 		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens; 0: off", DefaultText: "generation_config.json's; 50, as in transformers, when sampling without one"},
 		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold; 0 or 1: off", DefaultText: "generation_config.json's, else off"},
@@ -116,7 +117,7 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	if len(l.Args()) == 0 {
 		return nil, withCode(2, fmt.Errorf("%s: want a MODEL argument", cmd))
 	}
-	ref, err := resolveModel(l.Args()[0], l.String("revision"))
+	ref, err := resolveModelIn(l.Args()[0], l.String("revision"), l.String("cache-dir"))
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,16 @@ type modelRef struct {
 // a complete checkpoint. Nothing is written and nothing is fetched. Its
 // errors carry exit code 2 and say how to get what is missing.
 func resolveModel(arg, revision string) (*modelRef, error) {
+	return resolveModelIn(arg, revision, "")
+}
+
+// resolveModelIn is resolveModel with the cache root given (--cache-dir;
+// "" is the official one).
+func resolveModelIn(arg, revision, cacheDir string) (*modelRef, error) {
+	root := cacheDir
+	if root == "" {
+		root = hfhub.HubCacheDir()
+	}
 	ref := &modelRef{Arg: arg, Path: arg}
 	if arg == "" {
 		return nil, withCode(2, errors.New("MODEL is empty"))
@@ -44,7 +54,7 @@ func resolveModel(arg, revision string) (*modelRef, error) {
 	repoLike := errors.Is(statErr, fs.ErrNotExist) && looksLikeRepoID(arg)
 	if repoLike && !strings.Contains(arg, "/") {
 		// A one-part name is a repository only if the cache has it.
-		st, err := os.Stat(filepath.Join(hfhub.HubCacheDir(), hfhub.RepoFolderName(arg)))
+		st, err := os.Stat(filepath.Join(root, hfhub.RepoFolderName(arg)))
 		repoLike = err == nil && st.IsDir()
 	}
 	if !repoLike {
@@ -59,7 +69,7 @@ func resolveModel(arg, revision string) (*modelRef, error) {
 	if err := hfhub.ValidateRepoID(arg); err != nil {
 		return nil, withCode(2, fmt.Errorf("MODEL %s: no such file or directory, and not a Hub repository id: %v", arg, err))
 	}
-	snap, err := cachedSnapshot(hfhub.HubCacheDir(), arg, revision)
+	snap, err := cachedSnapshot(root, arg, revision)
 	if err != nil {
 		return nil, withCode(2, err)
 	}

@@ -367,6 +367,17 @@ func TestGenerateRepoID(t *testing.T) {
 			t.Errorf("%q: model %s at %s, tokens %v; want %s and %v", args, got.Model, got.ModelPath, got.Tokens, snap, want.Tokens)
 		}
 	}
+	// HF_HOME/hub, and --cache-dir over the environment.
+	t.Setenv("HF_HUB_CACHE", "")
+	t.Setenv("HF_HOME", filepath.Dir(root))
+	if got := genJSONRun(t, "", "generate", "org/tiny", "--prompt", "Hello there", "-m", "5"); got.ModelPath != snap {
+		t.Errorf("HF_HOME: model at %s, want %s", got.ModelPath, snap)
+	}
+	t.Setenv("HF_HOME", t.TempDir())
+	if got := genJSONRun(t, "", "generate", "org/tiny", "--cache-dir", root, "--prompt", "Hello there", "-m", "5"); got.ModelPath != snap {
+		t.Errorf("--cache-dir: model at %s, want %s", got.ModelPath, snap)
+	}
+	t.Setenv("HF_HUB_CACHE", root)
 	out, _, err := runGenCLI(t, "chat", "org/tiny", "hello", "-m", "2", "--json")
 	if err != nil || !strings.Contains(out, `"model_path": "`+snap+`"`) {
 		t.Errorf("chat org/tiny: %v\n%s", err, out)
