@@ -300,8 +300,9 @@ func openRunner(s *runSettings) (*runner.Runner, error) {
 const maxStdinPrompt = 16 << 20
 
 // readPrompt returns --prompt, or standard input for "-" (bounded, UTF-8,
-// taken as it is: a trailing newline stays, as in mlx_lm).
-func readPrompt(l *lateFlags, stdin io.Reader) (string, error) {
+// taken as it is: a trailing newline stays, as in mlx_lm). Ctrl-C while it
+// waits for the input ends the wait (exit 130).
+func readPrompt(ctx context.Context, l *lateFlags, stdin io.Reader) (string, error) {
 	prompt := l.String("prompt")
 	if prompt == "" {
 		return "", withCode(2, errors.New("generate: --prompt is required (- reads it from standard input)"))
@@ -309,10 +310,26 @@ func readPrompt(l *lateFlags, stdin io.Reader) (string, error) {
 	if prompt != "-" {
 		return prompt, nil
 	}
+	var err error
 	if stdin == nil {
 		stdin = os.Stdin
 	}
-	data, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+	type result struct {
+		data []byte
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		data, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+		got <- result{data, err}
+	}()
+	var data []byte
+	select {
+	case r := <-got:
+		data, err = r.data, r.err
+	case <-ctx.Done():
+		return "", withCode(130, errors.New("interrupted while reading the prompt from standard input"))
+	}
 	switch {
 	case err != nil:
 		return "", withCode(2, fmt.Errorf("--prompt -: reading standard input: %w", err))
@@ -370,7 +387,7 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prompt, err := readPrompt(l, c.App.Reader)
+	prompt, err := readPrompt(c.Context, l, c.App.Reader)
 	if err != nil {
 		return err
 	}

@@ -200,3 +200,25 @@ func TestChatSIGINT(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
 	}
 }
+
+// Ctrl-C while generate waits for the prompt on standard input ends the
+// wait: exit 130, nothing generated.
+func TestGenerateSIGINTWhileReadingPrompt(t *testing.T) {
+	bin := qpackBinary(t)
+	cmd := exec.Command(bin, "generate", genModel, "--prompt", "-")
+	stdin, err := cmd.StdinPipe() // left open: the prompt never ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	if code := waitExit(t, cmd, 30*time.Second); code != 130 || stdout.String() != "" || !strings.Contains(stderr.String(), "interrupted while reading the prompt") {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
+	}
+}
