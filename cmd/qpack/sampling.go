@@ -147,6 +147,9 @@ func resolveSampling(l *lateFlags, g *sample.GenerationConfig) (sample.Params, *
 	}
 	rep := &samplingReport{Why: why, Mode: "greedy", Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP,
 		RepetitionPenalty: p.RepetitionPenalty, PresencePenalty: p.PresencePenalty, Seed: p.Seed, Sources: src}
+	if rep.RepetitionPenalty == 0 {
+		rep.RepetitionPenalty = 1 // off, as transformers writes it
+	}
 	if sampling {
 		rep.Mode = "sample"
 	}
