@@ -23,7 +23,7 @@ func init() {
 			"checkpoint is in the Hugging Face cache. Each TURN is a user message; the replies stream to stdout. The\n" +
 			"decode state carries over between turns: the earlier turns and the assistant's replies are already in it,\n" +
 			"so a turn costs only its new tokens. A summary follows each turn on stderr, or everything comes as one JSON\n" +
-			"object with --json.\n\n" +
+			"object with --json. A model without a chat template gets its turns in ChatML (with a warning).\n\n" +
 			"Without TURN arguments the turns come from standard input, one line each: on a terminal this is an\n" +
 			"interactive conversation (a \">> \" prompt; Ctrl-C stops the reply, not the program; Ctrl-C twice at the\n" +
 			"prompt exits 130; Ctrl-D ends it); from a pipe or file each line is a turn. Either way the line /reset\n" +
@@ -52,12 +52,14 @@ type chatRun struct {
 // turn, whose report is kept.
 func (cr *chatRun) turn(ctx context.Context, user string) (*runReport, error) {
 	s := cr.s
-	res, err := cr.sess.Chat(ctx, user, runner.ChatOptions{GenOptions: s.gen, System: s.system, EnableThinking: s.thinking()})
+	opt := runner.ChatOptions{GenOptions: s.gen, System: s.system, EnableThinking: s.thinking()}
+	ids, _ := cr.sess.ChatPrompt(user, opt) // what Chat prefills (it changes nothing)
+	res, err := cr.sess.Chat(ctx, user, opt)
 	if res == nil {
 		return nil, runError(s.model, err)
 	}
 	rep := newRunReport(cr.r, res, s.gen.Sample)
-	rep.Sampling, rep.ChatTemplate = s.sampling, s.template
+	rep.Sampling, rep.ChatTemplate, rep.PromptIDs = s.sampling, s.template, ids
 	cr.reports = append(cr.reports, chatTurn{User: user, runReport: rep})
 	return rep, err
 }
@@ -85,19 +87,21 @@ func chatAction(c *cli.Context) error {
 		return err
 	}
 	defer s.close()
-	if !s.template && l.isSet("no-think") {
-		return withCode(2, fmt.Errorf("chat: --no-think needs a chat template to apply, and %s has none", s.model))
-	}
 	r, err := openRunner(s)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	if !s.template {
+		// The supported models are Qwen's, whose turns are ChatML; --system
+		// and --no-think apply to it as to their templates.
 		slog.Warn("the model has no chat template: turns are written in ChatML", "model", s.model)
 	}
 	s.streamTo(c.App.Writer)
 	cr := &chatRun{s: s, r: r, sess: r.NewSession()}
+	if err := c.Context.Err(); err != nil {
+		return interrupted(err) // Ctrl-C while the model loaded
+	}
 	if turns := l.Args()[1:]; len(turns) > 0 {
 		err = cr.argTurns(c, turns)
 	} else {

@@ -54,14 +54,15 @@ func init() {
 func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "max-tokens", Aliases: []string{"m", "max-new"}, Value: runner.DefaultMaxNew, Usage: "most tokens to generate (per turn); prompt and conversation tokens plus these must fit the model's max_position_embeddings"},
-		&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit to run (default main)"},
-		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Usage: "sampling temperature; 0 is greedy (default: generation_config.json's, greedy unless its do_sample is true)"},
-		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens; 0: off (default: generation_config.json's, 50 as in transformers when it samples without one)"},
-		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold; 0 or 1: off (default: generation_config.json's)"},
-		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability; 0: off (default: generation_config.json's)"},
-		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen; 0 or 1: off (default: generation_config.json's)"},
-		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtracted once from the logit of each token already seen"},
-		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling (default: a random one, reported in the summary and --json \"seed\")"},
+		&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit to run", DefaultText: "main"},
+		&cli.StringFlag{Name: "cache-dir", Usage: "with a repository id as MODEL: the HF cache root to look in", DefaultText: "$HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub"},
+		&cli.Float64Flag{Name: "temperature", Aliases: []string{"temp"}, Usage: "sampling temperature; 0 is greedy", DefaultText: "generation_config.json's; greedy unless its do_sample is true"},
+		&cli.IntFlag{Name: "top-k", Usage: "keep the k most likely tokens; 0: off", DefaultText: "generation_config.json's; 50, as in transformers, when sampling without one"},
+		&cli.Float64Flag{Name: "top-p", Usage: "nucleus sampling threshold; 0 or 1: off", DefaultText: "generation_config.json's, else off"},
+		&cli.Float64Flag{Name: "min-p", Usage: "drop tokens below min-p times the top probability; 0: off", DefaultText: "generation_config.json's, else off"},
+		&cli.Float64Flag{Name: "repetition-penalty", Usage: "penalty for tokens already seen; 0 or 1: off", DefaultText: "generation_config.json's, else off"},
+		&cli.Float64Flag{Name: "presence-penalty", Usage: "subtracted once from the logit of each token already seen", DefaultText: "off"},
+		&cli.Uint64Flag{Name: "seed", Usage: "random seed for sampling", DefaultText: "a random one, reported in the summary and --json \"seed\""},
 		&cli.StringSliceFlag{Name: "stop", Usage: "stop when the text contains this string (repeatable)"},
 		&cli.StringFlag{Name: "system", Aliases: []string{"system-prompt"}, Usage: "system prompt, given to the chat template (an error without one)"},
 		&cli.BoolFlag{Name: "no-think", Usage: "ask a Qwen3 chat template for no reasoning block (enable_thinking=false; an error without a template)"},
@@ -115,7 +116,7 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	if len(l.Args()) == 0 {
 		return nil, withCode(2, fmt.Errorf("%s: want a MODEL argument", cmd))
 	}
-	ref, err := resolveModel(l.Args()[0], l.String("revision"))
+	ref, err := resolveModelIn(l.Args()[0], l.String("revision"), l.String("cache-dir"))
 	if err != nil {
 		return nil, err
 	}
@@ -298,8 +299,9 @@ func openRunner(s *runSettings) (*runner.Runner, error) {
 const maxStdinPrompt = 16 << 20
 
 // readPrompt returns --prompt, or standard input for "-" (bounded, UTF-8,
-// taken as it is: a trailing newline stays, as in mlx_lm).
-func readPrompt(l *lateFlags, stdin io.Reader) (string, error) {
+// taken as it is: a trailing newline stays, as in mlx_lm). Ctrl-C while it
+// waits for the input ends the wait (exit 130).
+func readPrompt(ctx context.Context, l *lateFlags, stdin io.Reader) (string, error) {
 	prompt := l.String("prompt")
 	if prompt == "" {
 		return "", withCode(2, errors.New("generate: --prompt is required (- reads it from standard input)"))
@@ -307,10 +309,26 @@ func readPrompt(l *lateFlags, stdin io.Reader) (string, error) {
 	if prompt != "-" {
 		return prompt, nil
 	}
+	var err error
 	if stdin == nil {
 		stdin = os.Stdin
 	}
-	data, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+	type result struct {
+		data []byte
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		data, err := io.ReadAll(io.LimitReader(stdin, maxStdinPrompt+1))
+		got <- result{data, err}
+	}()
+	var data []byte
+	select {
+	case r := <-got:
+		data, err = r.data, r.err
+	case <-ctx.Done():
+		return "", withCode(130, errors.New("interrupted while reading the prompt from standard input"))
+	}
 	switch {
 	case err != nil:
 		return "", withCode(2, fmt.Errorf("--prompt -: reading standard input: %w", err))
@@ -368,7 +386,7 @@ func generateAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	prompt, err := readPrompt(l, c.App.Reader)
+	prompt, err := readPrompt(c.Context, l, c.App.Reader)
 	if err != nil {
 		return err
 	}

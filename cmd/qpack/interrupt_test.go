@@ -200,3 +200,65 @@ func TestChatSIGINT(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
 	}
 }
+
+// Ctrl-C while generate waits for the prompt on standard input ends the
+// wait: exit 130, nothing generated.
+func TestGenerateSIGINTWhileReadingPrompt(t *testing.T) {
+	bin := qpackBinary(t)
+	cmd := exec.Command(bin, "generate", genModel, "--prompt", "-")
+	stdin, err := cmd.StdinPipe() // left open: the prompt never ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	if code := waitExit(t, cmd, 30*time.Second); code != 130 || stdout.String() != "" || !strings.Contains(stderr.String(), "interrupted while reading the prompt") {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// chat with TURN arguments: Ctrl-C stops the reply, its summary follows,
+// the later turns do not run, exit 130; --json still prints the turns so
+// far.
+func TestChatArgsSIGINT(t *testing.T) {
+	bin := qpackBinary(t)
+	model := endlessModel(t)
+	for _, jsonMode := range []bool{false, true} {
+		args := []string{"chat", model, "first", "second", "-m", "1000000"}
+		if jsonMode {
+			args = append(args, "--json")
+		}
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if jsonMode {
+			time.Sleep(time.Second)
+		} else {
+			n := waitFor(t, &stdout, 0, "> first\n", 30*time.Second)
+			waitMore(t, &stdout, n, 30*time.Second)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		code := waitExit(t, cmd, 60*time.Second)
+		out, errs := stdout.String(), stderr.String()
+		if code != 130 || strings.Contains(errs, "context canceled") || strings.Contains(out, "> second") {
+			t.Fatalf("json %v: exit %d, stdout:\n%s\nstderr:\n%s", jsonMode, code, out, errs)
+		}
+		if jsonMode {
+			var got chatOut
+			if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Turns) != 1 || got.Turns[0].StopReason != "interrupted" || got.Turns[0].GeneratedTokens == 0 {
+				t.Errorf("JSON after the interrupt (%v):\n%s", err, out)
+			}
+		} else if !strings.Contains(errs, "[turn 1: ") || !strings.Contains(errs, "stopped by an interrupt") {
+			t.Errorf("no summary of the interrupted turn:\n%s", errs)
+		}
+	}
+}

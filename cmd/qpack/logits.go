@@ -34,7 +34,8 @@ func init() {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file"},
 			&cli.BoolFlag{Name: "dump-layers", Usage: "also write every layer's output hidden state (needs --output)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object instead of a table"},
-			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit (default main)"},
+			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit", DefaultText: "main"},
+			&cli.StringFlag{Name: "cache-dir", Usage: "with a repository id as MODEL: the HF cache root to look in", DefaultText: "$HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub"},
 			backendFlag(),
 		},
 		Action: logitsAction,
@@ -76,13 +77,13 @@ type logitsResult struct {
 // logitsFlags are the command's flag values; flags may also follow MODEL
 // (urfave/cli stops at the first argument), so the tail is parsed again.
 type logitsFlags struct {
-	tokens, output, backend, revision string
-	dump, json                        bool
+	tokens, output, backend, revision, cacheDir string
+	dump, json                                  bool
 }
 
 func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 	f := logitsFlags{tokens: c.String("tokens"), output: c.String("output"), backend: c.String("backend"),
-		revision: c.String("revision"), dump: c.Bool("dump-layers"), json: c.Bool("json")}
+		revision: c.String("revision"), cacheDir: c.String("cache-dir"), dump: c.Bool("dump-layers"), json: c.Bool("json")}
 	args := c.Args().Slice()
 	if len(args) == 0 {
 		return "", f, errors.New("logits: want a MODEL argument")
@@ -97,6 +98,7 @@ func parseLogitsArgs(c *cli.Context) (string, logitsFlags, error) {
 		fs.BoolVar(&f.json, "json", f.json, "")
 		fs.StringVar(&f.backend, "backend", f.backend, "")
 		fs.StringVar(&f.revision, "revision", f.revision, "")
+		fs.StringVar(&f.cacheDir, "cache-dir", f.cacheDir, "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return "", f, fmt.Errorf("logits: %w", err)
 		}
@@ -118,7 +120,7 @@ func logitsAction(c *cli.Context) error {
 	if err != nil {
 		return withCode(2, err)
 	}
-	ref, err := resolveModel(arg, flags.revision)
+	ref, err := resolveModelIn(arg, flags.revision, flags.cacheDir)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,16 @@ type modelRef struct {
 // a complete checkpoint. Nothing is written and nothing is fetched. Its
 // errors carry exit code 2 and say how to get what is missing.
 func resolveModel(arg, revision string) (*modelRef, error) {
+	return resolveModelIn(arg, revision, "")
+}
+
+// resolveModelIn is resolveModel with the cache root given (--cache-dir;
+// "" is the official one).
+func resolveModelIn(arg, revision, cacheDir string) (*modelRef, error) {
+	root := cacheDir
+	if root == "" {
+		root = hfhub.HubCacheDir()
+	}
 	ref := &modelRef{Arg: arg, Path: arg}
 	if arg == "" {
 		return nil, withCode(2, errors.New("MODEL is empty"))
@@ -44,7 +54,7 @@ func resolveModel(arg, revision string) (*modelRef, error) {
 	repoLike := errors.Is(statErr, fs.ErrNotExist) && looksLikeRepoID(arg)
 	if repoLike && !strings.Contains(arg, "/") {
 		// A one-part name is a repository only if the cache has it.
-		st, err := os.Stat(filepath.Join(hfhub.HubCacheDir(), hfhub.RepoFolderName(arg)))
+		st, err := os.Stat(filepath.Join(root, hfhub.RepoFolderName(arg)))
 		repoLike = err == nil && st.IsDir()
 	}
 	if !repoLike {
@@ -59,7 +69,7 @@ func resolveModel(arg, revision string) (*modelRef, error) {
 	if err := hfhub.ValidateRepoID(arg); err != nil {
 		return nil, withCode(2, fmt.Errorf("MODEL %s: no such file or directory, and not a Hub repository id: %v", arg, err))
 	}
-	snap, err := cachedSnapshot(hfhub.HubCacheDir(), arg, revision)
+	snap, err := cachedSnapshot(root, arg, revision)
 	if err != nil {
 		return nil, withCode(2, err)
 	}
@@ -106,6 +116,9 @@ func cachedSnapshot(root, repo, revision string) (*snapshot, error) {
 	if !isCommitID(rev) {
 		refPath := filepath.Join(repoDir, "refs", filepath.FromSlash(rev))
 		data, err := readSmallFile(refPath, maxRefSize)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s@%s in the Hugging Face cache: %w", repo, rev, err)
+		}
 		if err != nil {
 			snaps := listDir(filepath.Join(repoDir, "snapshots"))
 			hint := "no snapshot is cached"
@@ -186,6 +199,13 @@ func indexShards(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseIndexShards(path, data)
+}
+
+// parseIndexShards lists, sorted and without duplicates, the shard files
+// the weight_map of an index file names; each must be a safe relative
+// path.
+func parseIndexShards(path string, data []byte) ([]string, error) {
 	var idx struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
@@ -227,8 +247,14 @@ func listDir(dir string) []string {
 	return out
 }
 
-// readSmallFile reads at most limit bytes of path, refusing a larger file.
+// readSmallFile reads at most limit bytes of path, refusing a larger file
+// and anything but a regular file (a FIFO would block the open).
 func readSmallFile(path string, limit int64) ([]byte, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/runner"
-	"github.com/qpack-go/qpack/runtime/sample"
 	"github.com/qpack-go/qpack/runtime/tokenizer"
 )
 
@@ -258,6 +257,11 @@ func TestGenerateSamplingDefaults(t *testing.T) {
 	if s := greedy.Sampling; s == nil || s.Mode != "greedy" || s.Temperature != 0 || s.Why != "generation_config.json has no do_sample" {
 		t.Fatalf("tiny model (no do_sample): %+v", greedy.Sampling)
 	}
+	// A filter flag without sampling changes nothing (and is reported so).
+	if g := genJSONRun(t, "", "generate", genModel, "--prompt", "Hello there", "-m", "8", "--top-k", "3"); g.Sampling.Mode != "greedy" ||
+		g.Sampling.TopK != 0 || g.Sampling.Sources["top_k"] != fromGreedy || !slices.Equal(g.Tokens, greedy.Tokens) {
+		t.Errorf("--top-k 3 when greedy: %+v tokens %v, want greedy %v", g.Sampling, g.Tokens, greedy.Tokens)
+	}
 	// do_sample false with sampling values: still greedy.
 	off := withGen(map[string]any{"do_sample": false, "temperature": 0.7, "top_k": 3})
 	if g := genJSONRun(t, "", "generate", off, "--prompt", "Hello there", "-m", "8"); g.Sampling.Mode != "greedy" || !slices.Equal(g.Tokens, greedy.Tokens) {
@@ -363,6 +367,17 @@ func TestGenerateRepoID(t *testing.T) {
 			t.Errorf("%q: model %s at %s, tokens %v; want %s and %v", args, got.Model, got.ModelPath, got.Tokens, snap, want.Tokens)
 		}
 	}
+	// HF_HOME/hub, and --cache-dir over the environment.
+	t.Setenv("HF_HUB_CACHE", "")
+	t.Setenv("HF_HOME", filepath.Dir(root))
+	if got := genJSONRun(t, "", "generate", "org/tiny", "--prompt", "Hello there", "-m", "5"); got.ModelPath != snap {
+		t.Errorf("HF_HOME: model at %s, want %s", got.ModelPath, snap)
+	}
+	t.Setenv("HF_HOME", t.TempDir())
+	if got := genJSONRun(t, "", "generate", "org/tiny", "--cache-dir", root, "--prompt", "Hello there", "-m", "5"); got.ModelPath != snap {
+		t.Errorf("--cache-dir: model at %s, want %s", got.ModelPath, snap)
+	}
+	t.Setenv("HF_HUB_CACHE", root)
 	out, _, err := runGenCLI(t, "chat", "org/tiny", "hello", "-m", "2", "--json")
 	if err != nil || !strings.Contains(out, `"model_path": "`+snap+`"`) {
 		t.Errorf("chat org/tiny: %v\n%s", err, out)
@@ -466,13 +481,22 @@ func TestChatStdinTurns(t *testing.T) {
 	}
 }
 
-// The template-less error of chat's --no-think.
-func TestChatNoThinkWithoutTemplate(t *testing.T) {
+// chat on a model without a chat template writes the turns in ChatML,
+// --system and --no-think included.
+func TestChatWithoutTemplate(t *testing.T) {
 	model := copyModel(t, func(dir string) {
 		editJSON(t, dir, "tokenizer_config.json", func(m map[string]any) { delete(m, "chat_template") })
 	})
-	_, _, err := runGenCLI(t, "chat", model, "hi", "--no-think")
-	wantExit2(t, err, "--no-think needs a chat template")
+	out, _, err := runGenCLI(t, "chat", model, "hi", "--no-think", "--system", "Be brief.", "-m", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got chatOut
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Turns) != 1 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := tinyTokenizer(t).Encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+	if tr := got.Turns[0]; tr.PromptTokens != len(want) || !slices.Equal(tr.PromptIDs, want) {
+		t.Errorf("prompt %v, want the ChatML rendering's %v", tr.PromptIDs, want)
+	}
 }
-
-var _ = sample.TransformersDefaults

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/qpack-go/qpack/runtime/sample"
@@ -110,8 +111,15 @@ func resolveSampling(l *lateFlags, g *sample.GenerationConfig) (sample.Params, *
 		return p, nil, withCode(2, err)
 	}
 	if !sampling {
-		// Greedy: the filters do nothing; report them as off.
+		// Greedy: the filters do nothing; report them as off, and say so
+		// for those given as flags (transformers warns likewise).
 		p.Temperature, p.TopK, p.TopP, p.MinP = 0, 0, 0, 0
+		for _, f := range flags[1:4] {
+			if set(f.flag) {
+				slog.Warn("--"+f.flag+" has no effect: decoding is greedy; give --temperature above 0 to sample", "flag", f.flag)
+				src[f.key] = fromGreedy
+			}
+		}
 	}
 	switch {
 	case set("seed"):
@@ -139,6 +147,9 @@ func resolveSampling(l *lateFlags, g *sample.GenerationConfig) (sample.Params, *
 	}
 	rep := &samplingReport{Why: why, Mode: "greedy", Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, MinP: p.MinP,
 		RepetitionPenalty: p.RepetitionPenalty, PresencePenalty: p.PresencePenalty, Seed: p.Seed, Sources: src}
+	if rep.RepetitionPenalty == 0 {
+		rep.RepetitionPenalty = 1 // off, as transformers writes it
+	}
 	if sampling {
 		rep.Mode = "sample"
 	}

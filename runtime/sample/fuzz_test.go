@@ -88,3 +88,31 @@ func FuzzStopper(f *testing.F) {
 		}
 	})
 }
+
+// FuzzGenerationConfig: arbitrary bytes give a config whose parameters
+// are valid and follow do_sample, or an error naming the file; never a
+// panic.
+func FuzzGenerationConfig(f *testing.F) {
+	f.Add([]byte(`{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": 0}`))
+	f.Add([]byte(`{"do_sample": false, "temperature": 0.7, "repetition_penalty": 1.05}`))
+	f.Add([]byte(`{"do_sample": true, "temperature": null, "top_k": 20.0}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := ParseGenerationConfig("fuzz.json", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.json") {
+				t.Fatalf("error without the file name: %v", err)
+			}
+			return
+		}
+		p := g.Params(Params{Seed: 1})
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%s: invalid params %+v: %v", data, p, err)
+		}
+		if !g.Sampling() && (p.Temperature != 0 || p.TopK != 0 || p.TopP != 0 || p.MinP != 0) {
+			t.Fatalf("%s: greedy config gave sampling params %+v", data, p)
+		}
+		if p.Seed != 1 {
+			t.Fatalf("seed lost: %+v", p)
+		}
+	})
+}

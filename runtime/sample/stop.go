@@ -207,7 +207,14 @@ func LoadEOS(dir string) ([]int, error) {
 	return out, nil
 }
 
+// readBounded reads a small config file, refusing anything but a regular
+// file (a FIFO would block the open) and more than maxConfigSize bytes.
 func readBounded(path string) ([]byte, error) {
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("sample: %s: not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -77,5 +78,38 @@ func TestChatInteractivePTY(t *testing.T) {
 	io.WriteString(master, "\x03")
 	if code := waitExit(t, cmd, d); code != 130 {
 		t.Fatalf("exit %d after Ctrl-C twice at the prompt, want 130; output:\n%s", code, out.String())
+	}
+}
+
+// A FIFO where generate reads a small file (generation_config.json in the
+// model, refs/main in the cache) is refused at once with exit 2, not
+// opened (which would block until a writer came).
+func TestGenerateRefusesFIFO(t *testing.T) {
+	model := copyModel(t, func(dir string) {
+		p := filepath.Join(dir, "generation_config.json")
+		os.Remove(p)
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+	})
+	root, _ := fakeCache(t)
+	ref := filepath.Join(root, "models--org--tiny", "refs", "main")
+	os.Remove(ref)
+	if err := syscall.Mkfifo(ref, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	t.Setenv("HF_HUB_CACHE", root)
+	for _, m := range []string{model, "org/tiny"} {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := runGenCLI(t, "generate", m, "--prompt", "x")
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			wantExit2(t, err, "not a regular file", m)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("generate %s blocked on a FIFO", m)
+		}
 	}
 }
