@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/qpack-go/qpack/runtime/chattmpl"
 	"github.com/qpack-go/qpack/runtime/runner"
@@ -59,7 +60,9 @@ func newTiny(t testing.TB, cfg Config, chunk int) (*Server, *httptest.Server) {
 	if cfg.ModelID == "" {
 		cfg.ModelID = "tiny"
 	}
-	cfg.Logger = quiet()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
 	s := New(cfg)
 	s.SetRunner(openTiny(t, chunk))
 	return s, start(t, s)
@@ -121,3 +124,5 @@ func within(t testing.TB, d time.Duration, what string, f func()) {
 		t.Fatalf("%s: still waiting after %v", what, d)
 	}
 }
+
+func utf8Valid(s string) bool { return utf8.ValidString(s) }

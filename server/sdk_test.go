@@ -174,7 +174,10 @@ func TestSDKToolCalls(t *testing.T) {
 		"\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"}
 	script(s, out, nil)
 	inner := s.gen
-	s.gen = func(ctx context.Context, j *job) (*outcome, error) { prompts = append(prompts, j.text); return inner(ctx, j) }
+	s.gen = func(ctx context.Context, j *job) (*outcome, error) {
+		prompts = append(prompts, j.text)
+		return inner(ctx, j)
+	}
 	c := client(ts.URL, "k")
 	p := chatParams(openai.UserMessage("Weather in Paris and Rome?"))
 	p.MaxTokens = openai.Int(50)
