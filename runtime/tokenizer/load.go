@@ -140,8 +140,8 @@ func parse(data []byte) (*Tokenizer, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxFileSize)
 	}
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := decodeFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a valid tokenizer.json: %w", err)
 	}
 	if f.Model == nil {
