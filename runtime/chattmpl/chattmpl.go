@@ -97,6 +97,9 @@ var environment = func() *exec.Environment {
 	if err := filters.Replace("tojson", tojsonFilter); err != nil {
 		panic(err)
 	}
+	if err := filters.Replace("items", itemsFilter); err != nil {
+		panic(err)
+	}
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
 	ctx.Set("raise_exception", raiseException)
 	ctx.Set("strftime_now", strftimeNow)
@@ -104,7 +107,7 @@ var environment = func() *exec.Environment {
 	return &exec.Environment{
 		Context:           ctx,
 		Filters:           filters,
-		Tests:             builtins.Tests,
+		Tests:             templateTests,
 		ControlStructures: controlStructureSet(),
 		Methods:           immutableMethods(),
 	}

@@ -102,8 +102,10 @@ func decodeValue(dec *json.Decoder, ko keyOrder, depth int) (any, error) {
 			return nil, err
 		}
 		return f, nil
+	case nil:
+		return jsonNull, nil
 	default:
-		return t, nil // string, bool, nil
+		return t, nil // string, bool
 	}
 }
 
@@ -190,6 +192,9 @@ func (p *pyJSON) write(v any, depth int) error {
 		return nil
 	case json.Number:
 		p.buf.WriteString(string(x))
+		return nil
+	case pyNone:
+		p.buf.WriteString("null")
 		return nil
 	case error:
 		return x

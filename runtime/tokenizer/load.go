@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/dlclark/regexp2"
-	"golang.org/x/text/unicode/norm"
 )
 
 // Limits on untrusted tokenizer.json input.
@@ -141,8 +140,8 @@ func parse(data []byte) (*Tokenizer, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%d bytes, more than the %d allowed", len(data), MaxFileSize)
 	}
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	f, err := decodeFile(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a valid tokenizer.json: %w", err)
 	}
 	if f.Model == nil {
@@ -154,9 +153,6 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return nil, fmt.Errorf("model.dropout %v is not supported", *m.Dropout)
-	}
-	if m.ByteFallback {
-		return nil, errors.New("model.byte_fallback is not supported")
 	}
 	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
 		return nil, errors.New("model.continuing_subword_prefix is not supported")
@@ -197,6 +193,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		maxID = max(maxID, *a.ID)
 	}
 
+	dec, err := parseDecoder(f.Decoder)
+	if err != nil {
+		return nil, fmt.Errorf("decoder: %w", err)
+	}
+
 	t := &Tokenizer{
 		vocab:   make(map[string]int, len(m.Vocab)),
 		idToken: make([]string, maxID+1),
@@ -206,6 +207,7 @@ func parse(data []byte) (*Tokenizer, error) {
 		addedID: map[string]int{},
 		unkID:   -1,
 		cache:   newCache(),
+		dec:     dec,
 	}
 	// Vocab, in id order so the error for a duplicate id is deterministic.
 	type entry struct {
@@ -231,7 +233,9 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		t.vocab[e.tok] = e.id
 		t.idToken[e.id] = e.tok
-		t.idBytes[e.id] = byteLevelDecode(e.tok)
+		if dec.byteLevel {
+			t.idBytes[e.id] = byteLevelDecode(e.tok)
+		}
 		t.present[e.id] = true
 	}
 	t.nVocab = len(entries)
@@ -245,6 +249,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		t.fuseUnk = m.FuseUnk
 	}
 	t.ignoreMerges = m.IgnoreMerges
+	if m.ByteFallback {
+		if err := t.setByteFallback(); err != nil {
+			return nil, err
+		}
+	}
 
 	// Merges: rank = position; both sides and their concatenation must be
 	// tokens. A repeated pair keeps its first (highest-priority) rank.
@@ -294,7 +303,9 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		t.addedID[a.Content] = id
 		t.idToken[id] = a.Content
-		t.idBytes[id] = []byte(toValidUTF8(a.Content))
+		if dec.byteLevel {
+			t.idBytes[id] = []byte(toValidUTF8(a.Content))
+		}
 		t.present[id] = true
 		t.special[id] = a.Special
 		t.added = append(t.added, addedToken{content: a.Content, id: id, lstrip: a.LStrip, rstrip: a.RStrip, special: a.Special})
@@ -306,9 +317,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 	}
 
-	var err error
 	if t.norm, err = parseNormalizer(f.Normalizer, 0); err != nil {
 		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	if err := t.checkAddedNormalized(f.AddedTokens); err != nil {
+		return nil, err
 	}
 	if t.pre, err = parsePreTokenizer(f.PreTokenizer, 0, nil); err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
@@ -316,8 +329,8 @@ func parse(data []byte) (*Tokenizer, error) {
 	if len(t.pre) > maxPreSteps {
 		return nil, fmt.Errorf("pre_tokenizer: %d steps, more than %d", len(t.pre), maxPreSteps)
 	}
-	if err := checkDecoder(f.Decoder); err != nil {
-		return nil, fmt.Errorf("decoder: %w", err)
+	if !dec.byteLevel {
+		t.buildPieceTables()
 	}
 	return t, nil
 }
@@ -325,47 +338,6 @@ func parse(data []byte) (*Tokenizer, error) {
 func isNull(raw json.RawMessage) bool {
 	s := bytes.TrimSpace(raw)
 	return len(s) == 0 || string(s) == "null"
-}
-
-// parseNormalizer returns the Unicode normalization forms to apply in order.
-func parseNormalizer(raw json.RawMessage, depth int) ([]norm.Form, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	if depth > maxNestDepth {
-		return nil, errors.New("sequences nested too deeply")
-	}
-	var n struct {
-		Type        string            `json:"type"`
-		Normalizers []json.RawMessage `json:"normalizers"`
-	}
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return nil, err
-	}
-	switch n.Type {
-	case "NFC":
-		return []norm.Form{norm.NFC}, nil
-	case "NFD":
-		return []norm.Form{norm.NFD}, nil
-	case "NFKC":
-		return []norm.Form{norm.NFKC}, nil
-	case "NFKD":
-		return []norm.Form{norm.NFKD}, nil
-	case "Sequence":
-		var out []norm.Form
-		for i, sub := range n.Normalizers {
-			f, err := parseNormalizer(sub, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("normalizers[%d]: %w", i, err)
-			}
-			out = append(out, f...)
-			if len(out) > maxPreSteps {
-				return nil, errors.New("too many normalizers")
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("type %q is not supported (want NFC, NFD, NFKC, NFKD or Sequence)", n.Type)
 }
 
 // parsePreTokenizer flattens the pre-tokenizer tree into steps.
@@ -438,6 +410,19 @@ func parsePreTokenizer(raw json.RawMessage, depth int, out []preStep) ([]preStep
 			return nil, fmt.Errorf("Split pattern %q: %w", expr, err)
 		}
 		return append(out, preStep{kind: stepSplit, re: re, behavior: beh}), nil
+	case "Metaspace":
+		ms, err := parseMetaspace(raw)
+		if err != nil {
+			return nil, err
+		}
+		if ms.scheme == prependFirst {
+			for _, st := range out {
+				if st.kind == stepSplit && st.behavior == removed {
+					return nil, errMetaspaceRemoved
+				}
+			}
+		}
+		return append(out, preStep{kind: stepMetaspace, meta: ms}), nil
 	case "ByteLevel":
 		useRegex := p.UseRegex == nil || *p.UseRegex // true unless stated
 		st := preStep{kind: stepByteLevel, addPrefixSpace: p.AddPrefixSpace}
@@ -450,7 +435,7 @@ func parsePreTokenizer(raw json.RawMessage, depth int, out []preStep) ([]preStep
 		}
 		return append(out, st), nil
 	}
-	return nil, fmt.Errorf("type %q is not supported (want Split, ByteLevel or Sequence)", p.Type)
+	return nil, fmt.Errorf("type %q is not supported (want Split, ByteLevel, Metaspace or Sequence)", p.Type)
 }
 
 // splitTimeout bounds one regex match, so that a tokenizer.json carrying a
@@ -465,18 +450,4 @@ func compileSplit(expr string) (*regexp2.Regexp, error) {
 	}
 	re.MatchTimeout = splitTimeout
 	return re, nil
-}
-
-func checkDecoder(raw json.RawMessage) error {
-	if isNull(raw) {
-		return errors.New("missing (want ByteLevel)")
-	}
-	var d typed
-	if err := json.Unmarshal(raw, &d); err != nil {
-		return err
-	}
-	if d.Type != "ByteLevel" {
-		return fmt.Errorf("type %q is not supported (want ByteLevel)", d.Type)
-	}
-	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"unicode"
 
 	"github.com/dlclark/regexp2"
-	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer is a loaded byte-level BPE tokenizer. It is safe for concurrent use.
@@ -32,8 +31,14 @@ type Tokenizer struct {
 	addedID map[string]int
 	byFirst [256][]int // first byte -> indices into added, longest content first
 
-	norm []norm.Form
+	norm []normStep
 	pre  []preStep
+
+	byteFallback bool
+	byteIDs      [256]int32 // byte -> id of its <0xNN> token, with byteFallback
+
+	dec *decoder
+	pt  *pieceTables // chain decoders only
 
 	cache *bpeCache
 }
@@ -64,6 +69,7 @@ type stepKind uint8
 const (
 	stepSplit stepKind = iota
 	stepByteLevel
+	stepMetaspace
 )
 
 type splitBehavior uint8
@@ -80,6 +86,7 @@ type preStep struct {
 	re             *regexp2.Regexp // Split pattern; ByteLevel: GPT-2 pattern or nil
 	behavior       splitBehavior
 	addPrefixSpace bool
+	meta           metaspace
 }
 
 func (t *Tokenizer) indexAdded() {
@@ -160,7 +167,7 @@ func (t *Tokenizer) encode(text string, matchAdded bool) []int {
 	text = toValidUTF8(text)
 	var out []int
 	if !matchAdded || len(t.added) == 0 {
-		return t.encodeText(text, out)
+		return t.encodeText(text, true, out)
 	}
 	start, pos := 0, 0
 	for pos < len(text) {
@@ -173,7 +180,7 @@ func (t *Tokenizer) encode(text string, matchAdded bool) []int {
 		if a.lstrip {
 			seg = strings.TrimRightFunc(seg, unicode.IsSpace)
 		}
-		out = t.encodeText(seg, out)
+		out = t.encodeText(seg, start == 0, out)
 		out = append(out, a.id)
 		pos += len(a.content)
 		if a.rstrip {
@@ -182,7 +189,7 @@ func (t *Tokenizer) encode(text string, matchAdded bool) []int {
 		}
 		start = pos
 	}
-	return t.encodeText(text[start:], out)
+	return t.encodeText(text[start:], start == 0, out)
 }
 
 // matchAdded returns the longest added token that s starts with.
@@ -195,17 +202,16 @@ func (t *Tokenizer) matchAdded(s string) *addedToken {
 	return nil
 }
 
-// encodeText encodes text that holds no added token.
-func (t *Tokenizer) encodeText(text string, out []int) []int {
+// encodeText encodes text that holds no added token; atStart says that it
+// begins the input (Metaspace's prepend_scheme first).
+func (t *Tokenizer) encodeText(text string, atStart bool, out []int) []int {
 	if text == "" {
 		return out
 	}
-	for _, f := range t.norm {
-		text = f.String(text)
-	}
+	text = applyNormalizers(t.norm, text)
 	pieces := []string{text}
 	for i := range t.pre {
-		pieces = t.pre[i].apply(pieces)
+		pieces = t.pre[i].apply(pieces, atStart)
 	}
 	for _, p := range pieces {
 		out = t.bpe(p, out)
@@ -213,10 +219,12 @@ func (t *Tokenizer) encodeText(text string, out []int) []int {
 	return out
 }
 
-func (s *preStep) apply(pieces []string) []string {
+func (s *preStep) apply(pieces []string, atStart bool) []string {
 	out := make([]string, 0, len(pieces))
-	for _, p := range pieces {
+	for i, p := range pieces {
 		switch s.kind {
+		case stepMetaspace:
+			out = s.meta.apply(p, atStart && i == 0, out)
 		case stepSplit:
 			out = splitRegex(s.re, p, s.behavior, out)
 		case stepByteLevel:
@@ -342,6 +350,11 @@ func (t *Tokenizer) merge(piece string) []int32 {
 	lastUnk := false
 	for _, r := range piece {
 		id, ok := t.vocab[string(r)]
+		if !ok && t.byteFallback {
+			ids = t.appendByteTokens(ids, r)
+			lastUnk = false
+			continue
+		}
 		if !ok {
 			if t.unkID < 0 {
 				continue // dropped, as the reference does without an unk token
@@ -440,6 +453,9 @@ func (h *candHeap) Pop() any {
 // skipSpecial, special added tokens are left out. Bytes that do not form
 // valid UTF-8 become U+FFFD.
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
+	if t.pt != nil {
+		return t.decodePieces(ids, skipSpecial)
+	}
 	var buf []byte
 	for _, id := range ids {
 		if !t.Known(id) || (skipSpecial && t.special[id]) {
