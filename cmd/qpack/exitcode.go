@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/safetensors"
 )
@@ -78,6 +79,7 @@ var inputErrors = []error{
 	hfhub.ErrEntryNotFound, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized,
 	hfhub.ErrNotCached, fs.ErrNotExist,
 	qpack.ErrNotContainer, qpack.ErrUnsupportedVersion, qpack.ErrInvalid,
+	modelconfig.ErrConfig,
 }
 
 // exitCode maps err to the process exit code: an exitError's own code, 130

@@ -62,7 +62,8 @@ func TestRecordedOfflineCheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := json.Unmarshal(data, r); err != nil {
+		// Recorded before --json switched to snake_case keys: read either.
+		if err := json.Unmarshal(snakeKeys(t, data), r); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		if len(r.Shards) != 3 {
@@ -146,4 +147,45 @@ func fileSHA(t *testing.T, p string) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// snakeKeys rewrites the object keys of a JSON document from camelCase to
+// snake_case ("outputBytes" -> "output_bytes"); snake_case keys stay.
+func snakeKeys(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	var conv func(any) any
+	conv = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			m := make(map[string]any, len(x))
+			for k, e := range x {
+				var b strings.Builder
+				for i, r := range k {
+					if r >= 'A' && r <= 'Z' {
+						if i > 0 {
+							b.WriteByte('_')
+						}
+						r += 'a' - 'A'
+					}
+					b.WriteRune(r)
+				}
+				m[b.String()] = conv(e)
+			}
+			return m
+		case []any:
+			for i := range x {
+				x[i] = conv(x[i])
+			}
+		}
+		return v
+	}
+	out, err := json.Marshal(conv(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

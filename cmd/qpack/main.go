@@ -86,7 +86,12 @@ func wrapAction(c *cli.Command) {
 	act := c.Action
 	c.Action = func(cc *cli.Context) error {
 		err := act(cc)
-		// A usage error stays one even if a signal came meanwhile.
+		// A usage error stays one even if a signal came meanwhile, and a
+		// command that already said how it was interrupted keeps its line.
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitInterrupt {
+			return err
+		}
 		if err != nil && cc.Context.Err() != nil && (errors.Is(err, context.Canceled) || exitCode(err) != exitUsage) {
 			return &interruptedError{err: err, resumable: resumable[c.Name]}
 		}
