@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -49,11 +50,13 @@ func init() {
 }
 
 func newApp() *cli.App {
-	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
-	for _, c := range commands {
-		c.OnUsageError = onUsageError
-		wrapAction(c)
-	}
+	setupCommands.Do(func() {
+		sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
+		for _, c := range commands {
+			c.OnUsageError = onUsageError
+			wrapAction(c)
+		}
+	})
 	return &cli.App{
 		Name:                 "qpack",
 		Usage:                "run huge Mixture-of-Experts models by streaming their experts from SSD",
@@ -76,13 +79,16 @@ func newApp() *cli.App {
 	}
 }
 
+// setupCommands applies the conventions to the registered commands once
+// (newApp is called once per test too).
+var setupCommands sync.Once
+
 // wrapAction makes an error of an interrupted command an interruptedError
-// (exit 130, one line). Idempotent: newApp may be called more than once.
+// (exit 130, one line).
 func wrapAction(c *cli.Command) {
-	if c.Action == nil || wrapped[c] {
+	if c.Action == nil {
 		return
 	}
-	wrapped[c] = true
 	act := c.Action
 	c.Action = func(cc *cli.Context) error {
 		err := act(cc)
@@ -98,8 +104,6 @@ func wrapAction(c *cli.Command) {
 		return err
 	}
 }
-
-var wrapped = map[*cli.Command]bool{}
 
 // run runs the command line args (args[0] is the program name) and returns
 // the exit status; errors go to stderr as one "qpack: …" line.

@@ -203,3 +203,50 @@ func headerSize(t *testing.T, path string) int64 {
 	}
 	return 8 + n
 }
+
+// TestDownloadSIGINT: a real SIGINT during a throttled download exits 130
+// with the resume hint and nothing on stdout; the rerun completes the file
+// and prints the snapshot directory.
+func TestDownloadSIGINT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams at a throttled rate")
+	}
+	hub, err := hubtest.NewServer(hubtest.Config{BandwidthPerConn: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	hub.MustAddRepo("org/big", []hubtest.File{
+		{Path: "config.json", Data: []byte(`{}`)},
+		{Path: "model.safetensors", Content: hubtest.Pseudo(2<<20, 7), LFS: true},
+	}, hubtest.RepoOptions{})
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HOME", t.TempDir())
+	t.Setenv("HF_HUB_OFFLINE", "")
+	args := []string{"qpack", "download", "org/big", "--cache-dir", t.TempDir(), "--connections", "2"}
+	ctx, stop := signal.NotifyContext(context.Background(), interruptSignals...)
+	defer stop()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(300 * time.Millisecond): // before the file is complete
+			syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}
+	}()
+	var o, e bytes.Buffer
+	code := run(ctx, args, &o, &e)
+	stop()
+	if code != 130 || o.Len() != 0 || strings.TrimSpace(e.String()) != "qpack: "+resumeHint {
+		t.Fatalf("interrupted download: exit %d, stdout %q, stderr %q", code, o.String(), e.String())
+	}
+	stdout, stderr, code := runMain(t, args[1:]...)
+	if code != 0 {
+		t.Fatalf("rerun: exit %d: %s", code, stderr)
+	}
+	dir := strings.TrimSpace(stdout)
+	st, err := os.Stat(filepath.Join(dir, "model.safetensors"))
+	if err != nil || st.Size() != 2<<20 {
+		t.Fatalf("rerun left %v, %v", st, err)
+	}
+}

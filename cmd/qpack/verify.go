@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
@@ -264,11 +263,11 @@ func shortBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", f, units[i])
 }
 
-// phaseBar shows one progress bar per phase on a terminal.
+// phaseBar shows one progress line per phase on a terminal (termBar).
 type phaseBar struct {
 	w     io.Writer
 	phase string
-	bar   *progressbar.ProgressBar
+	bar   *termBar
 }
 
 func (p *phaseBar) update(pr verify.Progress) {
@@ -276,27 +275,15 @@ func (p *phaseBar) update(pr verify.Progress) {
 		p.finish()
 		p.phase = pr.Phase
 		desc := map[string]string{"hash": "hashing", "deep": "comparing with the source"}[pr.Phase]
-		p.bar = progressbar.NewOptions64(pr.Total,
-			progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetDescription(desc),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowTotalBytes(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetWidth(25),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionUseIECUnits(true),
-			progressbar.OptionClearOnFinish(),
-		)
+		p.bar = newTermBar(p.w, desc, pr.Total)
 	}
-	_ = p.bar.Set64(pr.Done)
+	p.bar.set(pr.Done)
 }
 
 func (p *phaseBar) finish() {
 	if p == nil || p.bar == nil {
 		return
 	}
-	_ = p.bar.Finish()
+	p.bar.finish("")
 	p.bar = nil
 }
