@@ -42,7 +42,7 @@ const (
 
 	// Kinds added for the hostile-network suite.
 
-	FaultCorrupt          // the answer with Mutation applied to its body (any route: JSON, error bodies, files, ranges)
+	FaultCorrupt          // the answer with Mutation applied to its body (any route: JSON, error bodies, files, ranges); a HEAD has no body, so give Method "GET" to hit the download
 	FaultHang             // headers and AfterBytes of the body, then nothing until the client goes away (Delay > 0: until then, and the connection is dropped); with Status, that error answer hangs
 	FaultEmptyPages       // tree: an empty page with a fresh rel="next" link (same cursor, new URL)
 	FaultSliceOK          // 200 carrying exactly the range asked, with a correct Content-Range (ModelScope)
