@@ -27,7 +27,7 @@ const (
 	FaultCut                             // headers and AfterBytes of the body, then drop the connection
 	FaultStall                           // headers and AfterBytes, then nothing for Delay (then the rest)
 	FaultStallHeaders                    // nothing for Delay, then the normal answer
-	FaultTrickle                         // the body at one byte per Delay
+	FaultTrickle                         // the body at one byte per Delay, or at Rate bytes/s (any route) when Rate > 0
 	FaultIgnoreRange                     // 200 with the whole file, whatever Range says
 	FaultWrongOffset                     // 206 for a range starting Shift bytes before the one asked (honest Content-Range)
 	FaultNoContentRange                  // 206 without Content-Range
