@@ -128,6 +128,9 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 			return nil, err
 		}
 		req.LocalDir = abs
+		if err := checkLocalDirPlace(req.LocalDir, req.CacheDir); err != nil {
+			return nil, err
+		}
 	}
 	if req.Offline || EnvOffline() {
 		return downloadOffline(req)

@@ -287,7 +287,9 @@ func (st *stream) launchHedge() {
 	f := r.f
 	st.mu.Lock()
 	off := st.pos.Load()
-	if st.hedge != nil || st.hedges >= st.set.opts.MaxPerStream || st.cancel == nil || off >= r.end {
+	// A sequential fallback stream is not hedged: a hedge would have to
+	// skip the same whole-file prefix.
+	if st.hedge != nil || st.hedges >= st.set.opts.MaxPerStream || st.cancel == nil || off >= r.end || f.rangesIgnored() {
 		st.mu.Unlock()
 		return
 	}
@@ -298,10 +300,9 @@ func (st *stream) launchHedge() {
 	st.mu.Unlock()
 	st.set.hedges.Add(1)
 	f.c.log.Debug("hub hedge", "file", f.path, "at", off, "end", r.end)
-	sequential := f.rangesIgnored() // set whenever a reader turns sequential (r.sequential is the consumer's)
 	go func() {
 		n := r.end - off
-		body, err := f.c.getRange(hctx, f.currentURL(), off, n, f.size, sequential)
+		body, err := f.c.getRange(hctx, f.currentURL(), off, n, f.size, false)
 		var prefix []byte
 		if err == nil {
 			prefix = make([]byte, min(n, hedgeProbe))

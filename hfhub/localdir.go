@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // LocalFileError is a file in a Download's LocalDir that qpack did not
@@ -105,4 +106,37 @@ func placeLocal(part string, p localDirPaths, f FileInfo) error {
 		return placeLocal(part, p, f)
 	}
 	return os.Rename(part, p.file) // no hard links on this file system
+}
+
+// checkLocalDirPlace refuses a local dir that is the cache root or lies
+// inside it: plain files written into the cache's layout (blobs/,
+// snapshots/) would corrupt it for every client. Paths are compared after
+// resolving symlinks of the parts that exist.
+func checkLocalDirPlace(localDir, cacheDir string) error {
+	ld, cd := resolveExisting(localDir), resolveExisting(cacheDir)
+	if rel, err := filepath.Rel(cd, ld); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return badInput("local dir %s lies inside the Hugging Face cache %s: choose a directory outside it (or download into the cache without --local-dir)", localDir, cacheDir)
+	}
+	return nil
+}
+
+// resolveExisting makes p absolute and resolves symlinks in its longest
+// existing prefix.
+func resolveExisting(p string) string {
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	rest := ""
+	for q := p; ; {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(q)
+		if parent == q {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+		q = parent
+	}
 }

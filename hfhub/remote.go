@@ -549,16 +549,35 @@ func (c *Client) getRange(ctx context.Context, u *url.URL, off, n, size int64, w
 	if err != nil {
 		return nil, err
 	}
+	var body io.Reader = resp.Body
 	if ans.Skip > 0 {
-		if _, err := io.CopyN(io.Discard, resp.Body, ans.Skip); err != nil {
-			resp.Body.Close()
-			return nil, fmt.Errorf("skipping %d bytes of a whole-file answer: %w", ans.Skip, err)
-		}
+		body = &skipReader{r: resp.Body, skip: ans.Skip}
 	}
 	return struct {
 		io.Reader
 		io.Closer
-	}{io.LimitReader(resp.Body, n), resp.Body}, nil
+	}{io.LimitReader(body, n), resp.Body}, nil
+}
+
+// skipReader drops the first skip bytes of a whole-file answer on the first
+// Read, so a cut while skipping is an ordinary read error (resumed).
+type skipReader struct {
+	r    io.Reader
+	skip int64
+}
+
+func (s *skipReader) Read(p []byte) (int, error) {
+	if s.skip > 0 {
+		n, err := io.CopyN(io.Discard, s.r, s.skip)
+		s.skip -= n
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+	}
+	return s.r.Read(p)
 }
 
 func (c *Client) checkRangeResponse(resp *http.Response, off, n, size int64, wholeOK bool) (*rangeAnswer, error) {

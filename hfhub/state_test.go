@@ -223,3 +223,28 @@ func snapshotTree(t *testing.T, dir string) map[string]string {
 	})
 	return out
 }
+
+// A local dir inside the cache is refused before anything is written.
+func TestLocalDirInsideCacheRefused(t *testing.T) {
+	hub := newHub(t, hubtest.Config{})
+	hub.MustAddRepo("org/m", faultRepo(), hubtest.RepoOptions{})
+	c, _ := newTestClient(t, hub, nil)
+	cache := t.TempDir()
+	for _, ld := range []string{cache, filepath.Join(cache, "models--org--m", "snapshots", "x")} {
+		_, err := c.Download(ctxT(t), DownloadRequest{Repo: "org/m", CacheDir: cache, LocalDir: ld})
+		if !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("%s: want ErrInvalidInput, got %v", ld, err)
+		}
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Fatalf("the cache was written: %v", ents)
+	}
+	if n := len(hub.Requests()); n != 0 {
+		t.Fatalf("%d requests before the refusal", n)
+	}
+	// Beside the cache is fine.
+	if _, err := c.Download(ctxT(t), DownloadRequest{Repo: "org/m", CacheDir: cache, LocalDir: cache + "-local"}); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(cache + "-local")
+}

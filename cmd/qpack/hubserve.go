@@ -34,6 +34,7 @@ func init() {
 			&cli.StringSliceFlag{Name: "private", Usage: "make this repository private (repeatable)"},
 			&cli.StringSliceFlag{Name: "gated", Usage: "make this repository gated (repeatable)"},
 			&cli.StringFlag{Name: "log", Usage: "write the request log here as JSON lines on exit"},
+			&cli.StringSliceFlag{Name: "fault", Usage: "inject a scripted fault, e.g. kind=trickle,route=cdn,conn=3,rate=8192,times=-1 (repeatable; keys: see hubtest.ParseFault)"},
 		},
 		Action: func(cc *cli.Context) error {
 			c, err := parseLateFlags(cc)
@@ -56,6 +57,13 @@ func init() {
 				return err
 			}
 			defer s.Close()
+			for _, spec := range c.StringSlice("fault") {
+				f, err := hubtest.ParseFault(spec)
+				if err != nil {
+					return withCode(2, err)
+				}
+				s.Inject(f)
+			}
 			private, gated := map[string]bool{}, map[string]bool{}
 			for _, r := range c.StringSlice("private") {
 				private[r] = true

@@ -27,7 +27,7 @@ const (
 	FaultCut                             // headers and AfterBytes of the body, then drop the connection
 	FaultStall                           // headers and AfterBytes, then nothing for Delay (then the rest)
 	FaultStallHeaders                    // nothing for Delay, then the normal answer
-	FaultTrickle                         // the body at one byte per Delay
+	FaultTrickle                         // the body at one byte per Delay, or at Rate bytes/s (any route) when Rate > 0
 	FaultIgnoreRange                     // 200 with the whole file, whatever Range says
 	FaultWrongOffset                     // 206 for a range starting Shift bytes before the one asked (honest Content-Range)
 	FaultNoContentRange                  // 206 without Content-Range
@@ -42,7 +42,7 @@ const (
 
 	// Kinds added for the hostile-network suite.
 
-	FaultCorrupt          // the answer with Mutation applied to its body (any route: JSON, error bodies, files, ranges)
+	FaultCorrupt          // the answer with Mutation applied to its body (any route: JSON, error bodies, files, ranges); a HEAD has no body, so give Method "GET" to hit the download
 	FaultHang             // headers and AfterBytes of the body, then nothing until the client goes away (Delay > 0: until then, and the connection is dropped); with Status, that error answer hangs
 	FaultEmptyPages       // tree: an empty page with a fresh rel="next" link (same cursor, new URL)
 	FaultSliceOK          // 200 carrying exactly the range asked, with a correct Content-Range (ModelScope)

@@ -196,3 +196,34 @@ func TestFaultTrickleRateAndConn(t *testing.T) {
 		t.Fatal("no host")
 	}
 }
+
+func TestParseFault(t *testing.T) {
+	f, err := ParseFault("kind=trickle,route=cdn,conn=3,rate=8192,times=-1")
+	if err != nil || f.Kind != FaultTrickle || f.Route != RouteCDN || f.Conn != 3 || f.Rate != 8192 || f.Times != -1 {
+		t.Fatalf("%+v %v", f, err)
+	}
+	f, err = ParseFault("kind=corrupt,route=resolve,method=get,path=config.json,op=swap,at=1,with=9,len=3,delay=2s")
+	if err != nil || f.Kind != FaultCorrupt || f.Method != "GET" || f.Path != "config.json" ||
+		f.Mutation != (Mutation{Op: MutateSwap, At: 1, With: 9, Len: 3}) || f.Delay != 2*time.Second {
+		t.Fatalf("%+v %v", f, err)
+	}
+	for _, bad := range []string{"", "route=cdn", "kind=nope", "kind=cut,after=x", "kind=cut,colour=red", "kind=hook", "kind=cut,delay=soon", "kind=corrupt,op=melt", "kind"} {
+		if _, err := ParseFault(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func FuzzParseFault(f *testing.F) {
+	f.Add("kind=trickle,route=cdn,conn=3,rate=8192,times=-1")
+	f.Add("kind=corrupt,op=flip,seed=7")
+	f.Fuzz(func(t *testing.T, spec string) {
+		fl, err := ParseFault(spec)
+		if err != nil {
+			return
+		}
+		if !strings.Contains(spec, "kind=") || fl.Kind == FaultHook || fl.Kind.String() == "" {
+			t.Fatalf("%q parsed to %+v", spec, fl)
+		}
+	})
+}
