@@ -315,6 +315,26 @@ func TestHubOffline(t *testing.T) {
 	}
 	src.Close()
 
+	// A cache without trees/ (written by huggingface_hub before 1.22): the
+	// blobs' names say what the bytes must hash to.
+	trees := filepath.Join(cache, "models--org--tiny", "trees")
+	if _, err := os.Stat(trees); err != nil {
+		t.Fatalf("no cached listing to remove: %v", err)
+	}
+	os.Rename(trees, trees+".away")
+	src, err = OpenHub(ctx, HubOptions{Repo: repo, CacheDir: cache, Offline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, readAll(t, src))
+	for _, sh := range src.Shards() {
+		if sh.Expect().Kind != hfhub.HashSHA256 || sh.ExpectFrom() != "the name of its cache blob" {
+			t.Errorf("%s: expect %v from %q", sh.Name(), sh.Expect(), sh.ExpectFrom())
+		}
+	}
+	src.Close()
+	os.Rename(trees+".away", trees)
+
 	snap, _ := hfhub.ReadCachedSnapshot(cache, repo, "main")
 	for _, f := range snap.Files {
 		switch f.Path {

@@ -10,7 +10,7 @@ type HeaderMismatchError struct {
 }
 
 func (e *HeaderMismatchError) Error() string {
-	return fmt.Sprintf("source shard %s: its safetensors header as first read differs at byte %d from the bytes its hash covers: the source changed while being read, or a response was tampered with (nothing built from it is kept; run again)", e.Shard, e.Offset)
+	return fmt.Sprintf("source shard %s: its safetensors header as first read differs at byte %d from the bytes its sha256 covers: the source changed while being read, or a response was tampered with (nothing built from it is kept; run again)", e.Shard, e.Offset)
 }
 
 // StreamCheck compares a shard's hashed stream with the header bytes its

@@ -1,6 +1,8 @@
 package repack
 
 import (
+	"errors"
+	"fmt"
 	"io"
 
 	"github.com/qpack-go/qpack/checkpoint"
@@ -33,4 +35,23 @@ func shardOf(s Shard) (*checkpoint.Shard, bool) {
 		return v.Shard, true
 	}
 	return nil, false
+}
+
+// blameCache adds to a shard hash mismatch where the bytes came from: a
+// Hub source's shard read from the HF cache would be read from the same
+// damaged blob again by a rerun, so the message says how to get past it.
+func blameCache(err error, src *Source) error {
+	var sm *ShardMismatchError
+	if !errors.As(err, &sm) || src.Kind() != checkpoint.KindHub {
+		return err
+	}
+	for _, sh := range src.Shards() {
+		if sh.Name() == sm.Shard && sh.File() != nil {
+			if src.Offline() {
+				return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: download the repository again online", err, sh.Path())
+			}
+			return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: remove it (or rerun with --no-cache) to fetch the shard from the Hub", err, sh.Path())
+		}
+	}
+	return err
 }

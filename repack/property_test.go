@@ -53,7 +53,7 @@ func corruptOpts(s *hubtest.Server, repo, out string, tr http.RoundTripper) Opti
 func TestPropertySingleCorruption(t *testing.T) {
 	s, repo, ref, keys := propertyHub(t)
 	outcomes := map[string]int{}
-	for seed := range corrupt.Seeds(t, 32) {
+	for seed := range corrupt.Seeds(t, 24) {
 		tr := corrupt.Random(keys, uint64(seed))
 		out := filepath.Join(t.TempDir(), "out.qpack")
 		res, err := Run(context.Background(), corruptOpts(s, repo, out, tr))

@@ -411,6 +411,7 @@ func repack(ctx context.Context, o Options, src *Source, start time.Time) (*Resu
 	copyStart := time.Now()
 	if err := x.run(ctx, redo); err != nil {
 		res.FetchedBytes = x.fetched.Load()
+		err = blameCache(err, src)
 		var hm *checkpoint.HeaderMismatchError
 		if errors.As(err, &hm) {
 			// Everything in the partial directory was laid out by a plan

@@ -1143,7 +1143,7 @@ dispatch:
 		if e.Got != e.Hex {
 			check.Status = "mismatch"
 			v.problem(Problem{Scope: ScopeSource, Kind: KindSourceHash, File: sh.Name,
-				Message: fmt.Sprintf("%s %s, %s says %s: the source shard is damaged or not the one recorded", e.Kind, e.Got, e.From, e.Hex)})
+				Message: fmt.Sprintf("%s %s, %s says %s: the source shard is damaged or not the one recorded%s", e.Kind, e.Got, e.From, e.Hex, cacheNote(v.o.Deep.Source, sh))})
 		}
 	}
 	v.reportMismatches(sh.Name, ms, check.Status)

@@ -100,3 +100,12 @@ func (v *verifier) flushMapProblems() {
 		v.problem(p)
 	}
 }
+
+// cacheNote says, for a Hub source's shard read from the HF cache, which
+// blob it was: a rerun would read the same damaged blob again.
+func cacheNote(src *Source, sh *SourceShard) string {
+	if src.Repo == "" || sh.path == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (read from the HF cache blob %s: remove it, or rerun with --no-cache)", sh.path)
+}

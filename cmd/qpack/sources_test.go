@@ -230,3 +230,31 @@ func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
 	}
 	sameFiles(t, full, part)
 }
+
+// A cached shard blob damaged at its full size: the repack fails on its
+// sha256 naming the blob and the way out; --no-cache then succeeds.
+func TestRepackDamagedCacheBlob(t *testing.T) {
+	srcHub(t)
+	cache, snapDir := srcDownload(t)
+	blob, err := filepath.EvalSymlinks(filepath.Join(snapDir, "model-00001-of-00003.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(blob, 0o644)
+	data, _ := os.ReadFile(blob)
+	data[len(data)-1] ^= 1
+	if err := os.WriteFile(blob, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "m.qpack")
+	_, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--output", out, "--reserve", "-1")
+	if err == nil || !strings.Contains(err.Error(), blob) || !strings.Contains(err.Error(), "--no-cache") || vfExitCode(err) != 1 {
+		t.Fatalf("exit %d, %v", vfExitCode(err), err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a container was placed")
+	}
+	if o, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--no-cache", "--output", out, "--reserve", "-1"); err != nil {
+		t.Fatalf("--no-cache: %v\n%s", err, o)
+	}
+}

@@ -159,6 +159,9 @@ func openVerifySource(c *cli.Context, lf *lateFlags, dir string) (*verify.Source
 			if revision != "" {
 				return nil, errors.New("--revision applies to a Hub source, not a directory")
 			}
+			if lf.Bool("offline") || lf.String("cache-dir") != "" || lf.Bool("no-cache") {
+				return nil, errors.New("--offline, --cache-dir and --no-cache apply to a Hub source, not a directory")
+			}
 			return verify.OpenDirSource(source)
 		}
 		if err := hfhub.ValidateRepoID(source); err != nil {
