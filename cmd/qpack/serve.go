@@ -42,7 +42,7 @@ func init() {
 			&cli.IntFlag{Name: "ctx", Usage: "context limit in tokens, prompt plus completion (0: the model's max_position_embeddings)"},
 			&cli.IntFlag{Name: "max-tokens", Value: server.DefaultMaxTokens, Usage: "completion limit of a chat request that sets none"},
 			&cli.IntFlag{Name: "queue", Value: server.DefaultQueue, Usage: "requests that may wait behind the running one"},
-			&cli.DurationFlag{Name: "queue-wait", Value: server.DefaultQueueWait, Usage: "longest wait in the queue (then 429)"},
+			&cli.StringFlag{Name: "queue-wait", Value: server.DefaultQueueWait.String(), Usage: "longest wait in the queue (then 429)"},
 			&cli.StringFlag{Name: "max-body", Value: "16MiB", Usage: "largest request body (413 beyond)"},
 			&cli.StringFlag{Name: "prefix-cache", Value: "512MiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
 			&cli.BoolFlag{Name: "keep-think", Usage: "keep <think>…</think> inline in the content instead of reasoning_content"},
@@ -82,44 +82,51 @@ type serveSettings struct {
 }
 
 func parseServeSettings(c *cli.Context) (*serveSettings, error) {
-	if c.NArg() != 1 {
-		return nil, withCode(2, fmt.Errorf("serve: want one MODEL argument, got %d", c.NArg()))
+	l, err := parseLateFlags(c)
+	if err != nil {
+		return nil, withCode(2, err)
 	}
-	model, err := resolveServeModel(c.Context, c.Args().First())
+	if len(l.Args()) != 1 {
+		return nil, withCode(2, fmt.Errorf("serve: want one MODEL argument, got %d", len(l.Args())))
+	}
+	model, err := resolveServeModel(c.Context, l.Args()[0])
 	if err != nil {
 		return nil, withCode(2, err)
 	}
 	s := &serveSettings{model: model}
-	host, port := c.String("host"), c.Int("port")
+	host, port := l.String("host"), l.Int("port")
 	if port < 0 || port > 65535 {
 		return nil, withCode(2, fmt.Errorf("--port %d: want 0 to 65535", port))
 	}
 	s.addr = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))
-	key := c.String("api-key")
+	key := l.String("api-key")
 	if !isLoopback(host) {
-		if key == "" && !c.Bool("insecure-no-key") {
+		if key == "" && !l.Bool("insecure-no-key") {
 			return nil, withCode(2, fmt.Errorf("--host %s is reachable from other machines: set --api-key (or QPACK_API_KEY), or pass --insecure-no-key to serve without one", host))
 		}
 		s.remote = true
 	}
-	id := c.String("model-id")
+	id := l.String("model-id")
 	if id == "" {
 		id = filepath.Base(filepath.Clean(model))
 	}
-	s.cfg = server.Config{ModelID: id, APIKey: key, CORSOrigin: c.String("cors"), Queue: c.Int("queue"),
-		QueueWait: c.Duration("queue-wait"), Context: c.Int("ctx"), MaxTokens: c.Int("max-tokens"), ThinkInline: c.Bool("keep-think")}
+	s.cfg = server.Config{ModelID: id, APIKey: key, CORSOrigin: l.String("cors"), Queue: l.Int("queue"),
+		Context: l.Int("ctx"), MaxTokens: l.Int("max-tokens"), ThinkInline: l.Bool("keep-think")}
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"ctx", c.Int("ctx")}, {"max-tokens", c.Int("max-tokens") - 1}, {"queue", c.Int("queue") - 1}} {
+	}{{"ctx", l.Int("ctx")}, {"max-tokens", l.Int("max-tokens") - 1}, {"queue", l.Int("queue") - 1}} {
 		if n.v < 0 {
-			return nil, withCode(2, fmt.Errorf("--%s %d: out of range", n.flag, c.Int(n.flag)))
+			return nil, withCode(2, fmt.Errorf("--%s %d: out of range", n.flag, l.Int(n.flag)))
 		}
 	}
-	if s.cfg.MaxBody, err = expertcache.ParseSize(c.String("max-body")); err != nil || s.cfg.MaxBody < 1 {
-		return nil, withCode(2, fmt.Errorf("--max-body %q: want a size such as 16MiB", c.String("max-body")))
+	if s.cfg.QueueWait, err = time.ParseDuration(l.String("queue-wait")); err != nil || s.cfg.QueueWait <= 0 {
+		return nil, withCode(2, fmt.Errorf("--queue-wait %q: want a duration such as 10m", l.String("queue-wait")))
 	}
-	pc := c.String("prefix-cache")
+	if s.cfg.MaxBody, err = expertcache.ParseSize(l.String("max-body")); err != nil || s.cfg.MaxBody < 1 {
+		return nil, withCode(2, fmt.Errorf("--max-body %q: want a size such as 16MiB", l.String("max-body")))
+	}
+	pc := l.String("prefix-cache")
 	if pc == "0" {
 		s.cfg.PrefixCache = -1
 	} else if s.cfg.PrefixCache, err = expertcache.ParseSize(pc); err != nil {
@@ -130,28 +137,28 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 	} else {
 		s.cfg.Defaults = p
 	}
-	if b := c.String("expert-cache"); b != "auto" {
+	if b := l.String("expert-cache"); b != "auto" {
 		if s.run.opts.ExpertCache, err = expertcache.ParseSize(b); err != nil {
 			return nil, withCode(2, fmt.Errorf("--expert-cache: %w", err))
 		}
 	}
-	if s.run.opts.IO, err = expertcache.ParseIOMode(c.String("io")); err != nil {
+	if s.run.opts.IO, err = expertcache.ParseIOMode(l.String("io")); err != nil {
 		return nil, withCode(2, fmt.Errorf("--io: %w", err))
 	}
-	if n := c.Int("prefill-chunk"); n < 1 || n > 4096 {
+	if n := l.Int("prefill-chunk"); n < 1 || n > 4096 {
 		return nil, withCode(2, fmt.Errorf("--prefill-chunk %d: want 1 to 4096", n))
 	} else {
 		s.run.opts.PrefillChunk = n
 	}
-	if s.run.opts.Speculate, err = parseSpeculate(c.String("speculate-experts")); err != nil {
+	if s.run.opts.Speculate, err = parseSpeculate(l.String("speculate-experts")); err != nil {
 		return nil, withCode(2, fmt.Errorf("--speculate-experts: %w", err))
 	}
 	s.run.model = model
-	if s.run.backend, err = selectBackend(c.String("backend")); err != nil {
+	if s.run.backend, err = selectBackend(l.String("backend")); err != nil {
 		return nil, withCode(2, err)
 	}
 	s.run.opts.Backend = s.run.backend
-	if c.Bool("verify-experts") {
+	if l.Bool("verify-experts") {
 		check, closeFn, err := expertVerifier(model)
 		if err != nil {
 			closeBackend(s.run.backend)
