@@ -97,22 +97,11 @@ func (s *jscan) model() (*modelJSON, error) {
 		return nil, err
 	}
 	rest.WriteByte('}')
-	var m struct {
-		Type                    string   `json:"type"`
-		Dropout                 *float64 `json:"dropout"`
-		UnkToken                *string  `json:"unk_token"`
-		ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
-		EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
-		FuseUnk                 bool     `json:"fuse_unk"`
-		ByteFallback            bool     `json:"byte_fallback"`
-		IgnoreMerges            bool     `json:"ignore_merges"`
-	}
+	var m modelOptions
 	if err := json.Unmarshal(rest.Bytes(), &m); err != nil {
 		return nil, err
 	}
-	return &modelJSON{Type: m.Type, Vocab: vocab, Merges: merges, Dropout: m.Dropout, UnkToken: m.UnkToken,
-		ContinuingSubwordPrefix: m.ContinuingSubwordPrefix, EndOfWordSuffix: m.EndOfWordSuffix,
-		FuseUnk: m.FuseUnk, ByteFallback: m.ByteFallback, IgnoreMerges: m.IgnoreMerges}, nil
+	return &modelJSON{modelOptions: m, Vocab: vocab, Merges: merges}, nil
 }
 
 // vocab reads {"token": id, ...} (or null).
