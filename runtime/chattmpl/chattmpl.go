@@ -79,6 +79,8 @@ type Template struct {
 	name  string // where it came from, for errors
 	named map[string]*exec.Template
 	order []string
+	// specials are tokenizer_config.json's special tokens (see LoadDir).
+	specials map[string]string
 }
 
 // Name returns the file the template came from.
@@ -262,11 +264,8 @@ func parseTemplate(ld loaders.Loader) (tpl *exec.Template, err error) {
 	return tpl, err
 }
 
-// LoadDir finds the chat template of a model directory: chat_template.jinja,
-// else chat_template.json's "chat_template", else tokenizer_config.json's
-// "chat_template" (a string, or a list of {"name", "template"}). A model
-// without one gives an error wrapping ErrNoTemplate.
-func LoadDir(dir string) (*Template, error) {
+// loadDirTemplate finds the template of a model directory (see LoadDir).
+func loadDirTemplate(dir string) (*Template, error) {
 	p := filepath.Join(dir, "chat_template.jinja")
 	if data, err := readBounded(p, MaxTemplateSize); err == nil {
 		return Parse(p, string(data))
@@ -369,6 +368,7 @@ func (t *Template) Render(msgs []Message, opts Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("chattmpl: %s: %w", t.name, err)
 	}
+	t.addSpecials(vars)
 	w := &limitedWriter{limit: MaxOutputSize}
 	if err := execute(t.named[variant], w, vars); err != nil {
 		return "", fmt.Errorf("chattmpl: %s: rendering failed: %w", t.name, err)

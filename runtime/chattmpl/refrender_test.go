@@ -79,3 +79,60 @@ func TestRefRenders(t *testing.T) {
 		t.Fatalf("only %d renders compared, %d refusals", n, refused)
 	}
 }
+
+// A model directory's tokenizer_config.json supplies bos_token, as
+// transformers does: the Gemma 4 prompt then opens with <bos> although the
+// caller sets no BOSToken (the runner and server do not).
+func TestLoadDirSpecialTokens(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join("testdata", "refrender")
+	for from, to := range map[string]string{"gemma4.2026-04-28.jinja": "chat_template.jinja", "gemma4.tokenizer_config.json": "tokenizer_config.json"} {
+		data, err := os.ReadFile(filepath.Join(src, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tpl, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref map[string]map[string]string
+	data, err := os.ReadFile(filepath.Join(src, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatal(err)
+	}
+	want := ref["single_user"]["gemma4.2026-04-28.jinja"]
+	if !strings.HasPrefix(want, "<bos><|turn>user\n") {
+		t.Fatalf("reference %q", want)
+	}
+	got, err := tpl.Render([]Message{{Role: "user", Content: "Hello"}}, Options{AddGenerationPrompt: true})
+	if err != nil || got != want {
+		t.Errorf("got %q, %v\nwant %q", got, err, want)
+	}
+	// The caller's value wins.
+	if got, _ := tpl.Render([]Message{{Role: "user", Content: "Hello"}}, Options{BOSToken: "[B]"}); !strings.HasPrefix(got, "[B]<|turn>") {
+		t.Errorf("BOSToken not used: %q", got)
+	}
+	// A malformed special token is refused, naming the file.
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": 7}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), "tokenizer_config.json") || !strings.Contains(err.Error(), "bos_token") {
+		t.Errorf("bad bos_token: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(`{"bos_token": {"content": "<s>", "lstrip": false}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if tpl, err = LoadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tpl.Render([]Message{{Role: "user", Content: "Hello"}}, Options{}); !strings.HasPrefix(got, "<s><|turn>") {
+		t.Errorf("AddedToken form: %q", got)
+	}
+}

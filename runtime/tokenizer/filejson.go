@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // decodeFile reads a tokenizer.json. model.vocab and model.merges (hundreds of
@@ -96,22 +97,11 @@ func (s *jscan) model() (*modelJSON, error) {
 		return nil, err
 	}
 	rest.WriteByte('}')
-	var m struct {
-		Type                    string   `json:"type"`
-		Dropout                 *float64 `json:"dropout"`
-		UnkToken                *string  `json:"unk_token"`
-		ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
-		EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
-		FuseUnk                 bool     `json:"fuse_unk"`
-		ByteFallback            bool     `json:"byte_fallback"`
-		IgnoreMerges            bool     `json:"ignore_merges"`
-	}
+	var m modelOptions
 	if err := json.Unmarshal(rest.Bytes(), &m); err != nil {
 		return nil, err
 	}
-	return &modelJSON{Type: m.Type, Vocab: vocab, Merges: merges, Dropout: m.Dropout, UnkToken: m.UnkToken,
-		ContinuingSubwordPrefix: m.ContinuingSubwordPrefix, EndOfWordSuffix: m.EndOfWordSuffix,
-		FuseUnk: m.FuseUnk, ByteFallback: m.ByteFallback, IgnoreMerges: m.IgnoreMerges}, nil
+	return &modelJSON{modelOptions: m, Vocab: vocab, Merges: merges}, nil
 }
 
 // vocab reads {"token": id, ...} (or null).
@@ -139,7 +129,7 @@ func (s *jscan) merges() ([]mergeJSON, error) {
 	if s.peek() == 'n' {
 		return nil, s.literal("null")
 	}
-	out := make([]mergeJSON, 0, 1024)
+	out := make([]mergeJSON, 0, min(len(s.data)/64, maxMerges)+16)
 	err := s.array(func(i int) error {
 		if i >= maxMerges {
 			return fmt.Errorf("more than %d entries", maxMerges)
@@ -155,27 +145,13 @@ func (s *jscan) merges() ([]mergeJSON, error) {
 			if !found || bytes.IndexByte(b, ' ') >= 0 {
 				return fmt.Errorf("[%d]: merge %q is not two tokens separated by one space", i, str)
 			}
-			m = mergeJSON{string(a), string(b), true}
+			m = mergeJSON{transient(a), transient(b), true}
 		case '[':
-			var parts []string
-			err := s.array(func(j int) error {
-				if j >= 2 {
-					return fmt.Errorf("[%d]: merge has more than 2 parts", i)
-				}
-				if s.peek() != '"' {
-					return fmt.Errorf("[%d]: merge part is not a string", i)
-				}
-				p, err := s.str()
-				parts = append(parts, string(p))
-				return err
-			})
+			a, b, err := s.pair(i)
 			if err != nil {
 				return err
 			}
-			if len(parts) != 2 {
-				return fmt.Errorf("[%d]: merge has %d parts, want 2", i, len(parts))
-			}
-			m = mergeJSON{parts[0], parts[1], true}
+			m = mergeJSON{a, b, true}
 		default:
 			return fmt.Errorf("[%d]: merge is neither a string nor a pair of strings", i)
 		}
@@ -183,6 +159,52 @@ func (s *jscan) merges() ([]mergeJSON, error) {
 		return nil
 	})
 	return out, err
+}
+
+// transient returns b as a string without copying. The merges are only read
+// while Parse runs (the tokenizer keeps ids, not their strings), so their
+// parts may share the input's memory, which Parse never changes; this saves
+// a million small allocations on Gemma 4's merges. Error messages copy them.
+func transient(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// pair reads the merge ["a", "b"] (merge i, for errors).
+func (s *jscan) pair(i int) (string, string, error) {
+	var parts [2]string
+	s.pos++ // '['
+	for k := 0; ; k++ {
+		if k == 0 && s.peek() == ']' {
+			s.pos++
+			return "", "", fmt.Errorf("[%d]: merge has 0 parts, want 2", i)
+		}
+		if k >= 2 {
+			return "", "", fmt.Errorf("[%d]: merge has more than 2 parts", i)
+		}
+		if s.peek() != '"' {
+			return "", "", fmt.Errorf("[%d]: merge part is not a string", i)
+		}
+		p, err := s.str()
+		if err != nil {
+			return "", "", err
+		}
+		parts[k] = transient(p)
+		switch s.peek() {
+		case ',':
+			s.pos++
+		case ']':
+			s.pos++
+			if k != 1 {
+				return "", "", fmt.Errorf("[%d]: merge has %d parts, want 2", i, k+1)
+			}
+			return parts[0], parts[1], nil
+		default:
+			return "", "", s.errf("want ',' or ']'")
+		}
+	}
 }
 
 // jscan is a strict scanner over one JSON document.

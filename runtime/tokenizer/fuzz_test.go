@@ -18,6 +18,9 @@ func FuzzLoad(f *testing.F) {
 		added: `[{"id":300,"content":"<s>","special":true,"lstrip":true}]`, pre: `{"type":"ByteLevel","add_prefix_space":true}`,
 		normalizer: `{"type":"Sequence","normalizers":[{"type":"NFKC"}]}`}.json())
 	f.Add([]byte(`{"model":{"vocab":{"a":0},"merges":[]},"decoder":{"type":"ByteLevel"}}`))
+	f.Add(pieceSpec{normalizer: gemmaNorm, pre: gemmaPre, decoder: gemmaDecoder}.json())
+	f.Add(pieceSpec{pre: `{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":true}`,
+		decoder: `{"type":"Sequence","decoders":[{"type":"Metaspace","prepend_scheme":"first"},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":2,"stop":0}]}`}.json())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tok, err := Parse("fuzz.json", data)
 		if err != nil {

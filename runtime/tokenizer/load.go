@@ -89,16 +89,21 @@ type addedJSON struct {
 }
 
 type modelJSON struct {
-	Type                    string           `json:"type"`
-	Vocab                   map[string]int64 `json:"vocab"`
-	Merges                  []mergeJSON      `json:"merges"`
-	Dropout                 *float64         `json:"dropout"`
-	UnkToken                *string          `json:"unk_token"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
-	FuseUnk                 bool             `json:"fuse_unk"`
-	ByteFallback            bool             `json:"byte_fallback"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
+	modelOptions
+	Vocab  map[string]int64 `json:"vocab"`
+	Merges []mergeJSON      `json:"merges"`
+}
+
+// modelOptions are the members of model other than vocab and merges.
+type modelOptions struct {
+	Type                    string   `json:"type"`
+	Dropout                 *float64 `json:"dropout"`
+	UnkToken                *string  `json:"unk_token"`
+	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
+	FuseUnk                 bool     `json:"fuse_unk"`
+	ByteFallback            bool     `json:"byte_fallback"`
+	IgnoreMerges            bool     `json:"ignore_merges"`
 }
 
 // mergeJSON is one merge, written either "a b" or ["a", "b"].
