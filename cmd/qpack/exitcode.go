@@ -77,7 +77,7 @@ var resumable = map[string]bool{"download": true, "repack": true, "verify-instal
 var inputErrors = []error{
 	hfhub.ErrRepoNotFound, hfhub.ErrGatedRepo, hfhub.ErrRevisionNotFound,
 	hfhub.ErrEntryNotFound, hfhub.ErrDisabledRepo, hfhub.ErrUnauthorized,
-	hfhub.ErrNotCached, fs.ErrNotExist,
+	hfhub.ErrNotCached, hfhub.ErrInvalidInput, hfhub.ErrLocalFileConflict, fs.ErrNotExist,
 	qpack.ErrNotContainer, qpack.ErrUnsupportedVersion, qpack.ErrInvalid,
 	modelconfig.ErrConfig,
 }
