@@ -200,6 +200,21 @@ func readAll(t *testing.T, s *Source) map[string][]byte {
 	return out
 }
 
+// readOnline opens repo on the fake Hub with the cache, reads everything
+// (checked against the bundled files) and closes it; the fake Hub's log
+// then holds only that run's requests.
+func readOnline(t *testing.T, s *hubtest.Server, repo, cache string) *Source {
+	t.Helper()
+	s.ResetLog()
+	src, err := OpenHub(context.Background(), HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSame(t, readAll(t, src))
+	src.Close()
+	return src
+}
+
 func checkSame(t *testing.T, got map[string][]byte) {
 	t.Helper()
 	for n, b := range got {
@@ -216,15 +231,7 @@ func checkSame(t *testing.T, got map[string][]byte) {
 func TestHubUsesCache(t *testing.T) {
 	s, repo := hubWithTiny(t)
 	cache := fillCache(t, s, repo)
-	ctx := context.Background()
-
-	s.ResetLog()
-	src, err := OpenHub(ctx, HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSame(t, readAll(t, src))
-	src.Close()
+	src := readOnline(t, s, repo, cache)
 	if fb := fileBytes(s); len(fb) != 0 {
 		t.Fatalf("with everything cached, file bytes were fetched: %v", fb)
 	}
@@ -246,13 +253,7 @@ func TestHubUsesCache(t *testing.T) {
 			dropped += f.Size
 		}
 	}
-	s.ResetLog()
-	src, err = OpenHub(ctx, HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSame(t, readAll(t, src))
-	src.Close()
+	src = readOnline(t, s, repo, cache)
 	// The remote shard's header is read once more before it streams.
 	for _, sh := range src.Shards() {
 		if sh.Remote() {
@@ -281,13 +282,7 @@ func TestHubUsesCache(t *testing.T) {
 			os.WriteFile(f.BlobPath, data, 0o644)
 		}
 	}
-	s.ResetLog()
-	src, err = OpenHub(ctx, HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSame(t, readAll(t, src))
-	src.Close()
+	src = readOnline(t, s, repo, cache)
 	if fileBytes(s)["tokenizer.json"] == 0 {
 		t.Error("a damaged cached tokenizer.json was used, not fetched again")
 	}
@@ -404,13 +399,7 @@ func TestHubUsesSnapshotCopies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.ResetLog()
-	src, err := OpenHub(context.Background(), HubOptions{Repo: repo, Client: testClient(t, s), CacheDir: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkSame(t, readAll(t, src))
-	src.Close()
+	readOnline(t, s, repo, cache)
 	if fb := fileBytes(s); len(fb) != 0 {
 		t.Fatalf("file bytes fetched although the snapshot holds copies: %v", fb)
 	}

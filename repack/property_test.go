@@ -3,6 +3,7 @@ package repack
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -127,4 +128,59 @@ func headerEnd(t *testing.T, dir string) string {
 	f.ReadAt(b[:], 0)
 	n := int64(b[0]) | int64(b[1])<<8 | int64(b[2])<<16 | int64(b[3])<<24
 	return strconv.FormatInt(8+n-1, 10)
+}
+
+// swapInFile swaps two different same-length tensor names inside the
+// header of the safetensors file at path, in place (same inode).
+func swapInFile(t testing.TB, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b [8]byte
+	f.ReadAt(b[:], 0)
+	n := int64(b[0]) | int64(b[1])<<8 | int64(b[2])<<16 | int64(b[3])<<24
+	hdr := make([]byte, n)
+	f.ReadAt(hdr, 8)
+	bad, what := corrupt.Damage(hdr, corrupt.SwapStrings, rand.New(rand.NewPCG(1, 2)))
+	if _, err := f.WriteAt(bad, 8); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s", path, what)
+}
+
+// A directory whose shard header changes after the plan read it (here two
+// tensor names swapped in place): the stream no longer starts with the
+// header the plan used, and the repack is refused with nothing placed.
+func TestDirHeaderChangedRefused(t *testing.T) {
+	dir := t.TempDir()
+	src := variant(t, "qwen3_5_moe-q4g32")
+	for _, e := range must(os.ReadDir(src)) {
+		os.WriteFile(filepath.Join(dir, e.Name()), must(os.ReadFile(filepath.Join(src, e.Name()))), 0o644)
+	}
+	ds, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	if _, err := PlanSource(context.Background(), ds); err != nil {
+		t.Fatal(err)
+	}
+	swapInFile(t, filepath.Join(dir, "model-00002-of-00003.safetensors"))
+	out := filepath.Join(t.TempDir(), "out.qpack")
+	_, err = Run(context.Background(), Options{Source: ds, Output: out, Reserve: -1, RangeSize: 16 << 10, TileSize: 4 << 10})
+	var hm *checkpoint.HeaderMismatchError
+	if !errors.As(err, &hm) || hm.Shard != "model-00002-of-00003.safetensors" {
+		t.Fatalf("err = %v, want a header mismatch naming the shard", err)
+	}
+	mustNotExist(t, out, out+".partial")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -115,5 +116,34 @@ func TestDeepSwappedHeaderNames(t *testing.T) {
 		return p.Kind == KindSourceHash && strings.Contains(p.Message, "safetensors header")
 	})) != 1 {
 		t.Fatalf("%s:\n%s", tr.Applied(), dump(r))
+	}
+}
+
+// A directory source whose shard header changes after it was read (two
+// tensor names swapped in place): the deep check reports the source, not
+// the good container.
+func TestDeepDirHeaderChanged(t *testing.T) {
+	f := newFixture(t, "qwen3_5_moe-q4g32")
+	src, err := OpenDirSource(f.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	p := filepath.Join(f.src, "model-00002-of-00003.safetensors")
+	data := must(os.ReadFile(p))
+	n := int(data[0]) | int(data[1])<<8 | int(data[2])<<16
+	bad, what := corrupt.Damage(data[8:8+n], corrupt.SwapStrings, rand.New(rand.NewPCG(1, 2)))
+	w := must(os.OpenFile(p, os.O_WRONLY, 0))
+	_, err = w.WriteAt(bad, 8)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, f.dir, Options{Deep: &DeepOptions{Source: src}})
+	wantStatus(t, r, StatusUnusable)
+	if len(r.ContainerProblems()) != 0 || len(find(r, func(p Problem) bool {
+		return p.Kind == KindSourceHash && p.File == "model-00002-of-00003.safetensors" && strings.Contains(p.Message, "safetensors header")
+	})) != 1 {
+		t.Fatalf("%s:\n%s", what, dump(r))
 	}
 }

@@ -16,10 +16,13 @@ type NotRegularError struct {
 }
 
 func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s: not a regular file (%s)", e.Path, describe(e.Mode))
+	return fmt.Sprintf("%s: not a regular file (%s)", e.Path, Describe(e.Mode))
 }
 
-func describe(m fs.FileMode) string {
+// Describe names the kind of file a mode says, for messages: "a FIFO",
+// "a socket", "a character device", "a block device", "a directory", "a
+// symlink".
+func Describe(m fs.FileMode) string {
 	switch {
 	case m&fs.ModeNamedPipe != 0:
 		return "a FIFO"
