@@ -79,6 +79,9 @@
 //     connection cap: at most one extra connection per stream).
 //   - Backoff: RetryWaitMin 1 s to RetryWaitMax 30 s; Retry-After /
 //     RateLimit honoured up to MaxRetryAfter (60 s).
+//   - Locks: waiting for another live download of the same blob (flock
+//     dies with its holder) is logged after 2 s (lockWaitNotice) and lasts
+//     until that download ends or the context is cancelled.
 //
 // # Downloads
 //

@@ -353,7 +353,9 @@ func (d *downloader) fetch(ctx context.Context, f FileInfo, fr *FileResult) erro
 	} else {
 		lockPath, part, final = d.cache.lockPath(f.ETag()), d.cache.partPath(f.ETag()), fr.BlobPath
 	}
-	lock, err := acquireLock(ctx, lockPath)
+	lock, err := acquireLock(ctx, lockPath, func() {
+		d.c.log.Info("hub waiting for another download of the same file to finish", "file", f.Path, "lock", lockPath)
+	})
 	if err != nil {
 		return fmt.Errorf("locking %s: %w", lockPath, err)
 	}

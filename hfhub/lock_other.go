@@ -12,7 +12,7 @@ import (
 // is not exclusive (the official client is best-effort there too).
 type fileLock struct{ f *os.File }
 
-func acquireLock(ctx context.Context, path string) (*fileLock, error) {
+func acquireLock(ctx context.Context, path string, waiting func()) (*fileLock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}

@@ -18,8 +18,10 @@ type fileLock struct{ f *os.File }
 
 // acquireLock blocks (polling, so ctx can cancel it) until the lock is held.
 // File systems without flock (some NFS setups) give a best-effort lock, as
-// the official client does.
-func acquireLock(ctx context.Context, path string) (*fileLock, error) {
+// the official client does. waiting, if set, is called once when the lock
+// is still held by someone else after lockWaitNotice (flock locks die with
+// their process, so only a live download holds one).
+func acquireLock(ctx context.Context, path string, waiting func()) (*fileLock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -28,6 +30,7 @@ func acquireLock(ctx context.Context, path string) (*fileLock, error) {
 		return nil, err
 	}
 	wait := 10 * time.Millisecond
+	start := time.Now()
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -39,6 +42,10 @@ func acquireLock(ctx context.Context, path string) (*fileLock, error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			f.Close()
 			return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+		}
+		if waiting != nil && time.Since(start) >= lockWaitNotice {
+			waiting()
+			waiting = nil
 		}
 		if err := sleepCtx(ctx, wait); err != nil {
 			f.Close()
@@ -70,3 +77,6 @@ func tryLock(path string) (*fileLock, bool) {
 	}
 	return &fileLock{f}, true
 }
+
+// lockWaitNotice is how long a lock wait goes unreported.
+const lockWaitNotice = 2 * time.Second

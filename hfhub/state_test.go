@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,7 +130,7 @@ func TestLocalDirNeverClobbers(t *testing.T) {
 			os.WriteFile(filepath.Join(target, "sub", "f"), []byte("f"), 0o644)
 		}, true},
 		{"FIFO", func(t *testing.T, dir, target string) {
-			if err := syscall.Mkfifo(target, 0o644); err != nil {
+			if err := mkfifo(target); err != nil {
 				t.Skip("no FIFOs here:", err)
 			}
 		}, true},
