@@ -170,13 +170,21 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 }
 
 // defaultSampling reads the model's generation_config.json sampling
-// defaults (greedy when it has none).
+// defaults (greedy when it has none). Only a regular file of at most 1 MiB
+// is read.
 func defaultSampling(model string) (sample.Params, error) {
 	p := filepath.Join(model, "generation_config.json")
-	data, err := os.ReadFile(p)
+	st, err := os.Stat(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return sample.Params{}, nil
 	}
+	if err != nil {
+		return sample.Params{}, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > 1<<20 {
+		return sample.Params{}, fmt.Errorf("%s: not a regular file of at most 1 MiB", p)
+	}
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return sample.Params{}, err
 	}
