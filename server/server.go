@@ -28,6 +28,8 @@ const (
 	DefaultKeepAlive   = 10 * time.Second
 	DefaultQueueWait   = 10 * time.Minute
 	DefaultMaxTokens   = 4096
+
+	bodyTimeout = time.Minute // to read a request body
 )
 
 // Config configures a Server.
@@ -250,7 +252,13 @@ func (s *Server) post(h func(http.ResponseWriter, *http.Request, []byte)) http.H
 			writeError(w, tooLarge(s.cfg.MaxBody))
 			return
 		}
+		// The body's read is bounded here, not by the http.Server's
+		// ReadTimeout: once it passes, net/http cancels the request's
+		// context, which would stop a long generation.
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+		rc.SetReadDeadline(time.Time{})
 		if err != nil {
 			var mb *http.MaxBytesError
 			if errors.As(err, &mb) {

@@ -206,7 +206,9 @@ func serveAction(c *cli.Context) error {
 		log.Warn("listening on an address other machines can reach", "addr", ln.Addr().String(), "api_key", s.cfg.APIKey != "")
 	}
 	srv := server.New(s.cfg)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+	// No ReadTimeout: it would cancel a long generation's context (the
+	// server bounds each body's read itself).
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
