@@ -44,7 +44,7 @@ func init() {
 			&cli.IntFlag{Name: "queue", Value: server.DefaultQueue, Usage: "requests that may wait behind the running one"},
 			&cli.StringFlag{Name: "queue-wait", Value: server.DefaultQueueWait.String(), Usage: "longest wait in the queue (then 429)"},
 			&cli.StringFlag{Name: "max-body", Value: "16MiB", Usage: "largest request body (413 beyond)"},
-			&cli.StringFlag{Name: "prefix-cache", Value: "512MiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
+			&cli.StringFlag{Name: "prefix-cache", Value: "1GiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
 			&cli.BoolFlag{Name: "keep-think", Usage: "keep <think>…</think> inline in the content instead of reasoning_content"},
 			&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 			&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered or direct"},
