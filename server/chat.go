@@ -145,16 +145,7 @@ func (s *Server) newHead(prefix string) head {
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req chatRequest
-	if e := decodeBody(body, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.available(); e != nil {
-		writeError(w, e)
+	if !s.accept(w, body, &req) {
 		return
 	}
 	in, e := req.parse(s.cfg.Defaults, randomSeed)
@@ -172,6 +163,23 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, body []byte) {
 	parser := newOutputParser(!s.cfg.ThinkInline, len(in.tools) > 0, p.inThink, func() string { return randomID("call_") })
 	j := &job{prompt: ids, text: p.text, gen: in.gen, maxNew: maxNew}
 	s.respond(w, r, j, &chatShape{h: s.newHead("chatcmpl-")}, parser, p.forced)
+}
+
+// accept decodes a request body into req and checks the model it names
+// and that the server can take work, answering a failure itself.
+func (s *Server) accept(w http.ResponseWriter, body []byte, req interface{ modelName() *string }) bool {
+	e := decodeBody(body, req)
+	if e == nil {
+		e = s.checkModel(req.modelName())
+	}
+	if e == nil {
+		e = s.available()
+	}
+	if e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
 }
 
 // respond queues j, runs it and answers in the request's shape: one JSON

@@ -48,16 +48,7 @@ func (c *textShape) whole(content, _ string, _ []ToolCall, reason string, u usag
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte) {
 	var req completionRequest
-	if e := decodeBody(body, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.available(); e != nil {
-		writeError(w, e)
+	if !s.accept(w, body, &req) {
 		return
 	}
 	text, ids, g, e := req.parse(s.cfg.Defaults, randomSeed)

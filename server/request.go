@@ -42,6 +42,8 @@ type common struct {
 	Logprobs         json.RawMessage `json:"logprobs"`
 }
 
+func (c *common) modelName() *string { return c.Model }
+
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
@@ -212,12 +214,11 @@ func (c *common) params(defaults sample.Params, seed func() uint64) (genParams, 
 		g.maxTokens = *c.MaxTokens
 	}
 	type fl struct {
-		name     string
-		v        *float64
-		lo, hi   float64
-		dst      *float64
-		exclLow  bool
-		zeroNote string
+		name    string
+		v       *float64
+		lo, hi  float64
+		dst     *float64
+		exclLow bool
 	}
 	p := &g.sample
 	for _, f := range []fl{

@@ -24,10 +24,12 @@ import (
 const (
 	DefaultMaxBody     = 16 << 20
 	DefaultQueue       = 16
-	DefaultPrefixCache = 512 << 20
+	DefaultPrefixCache = 1 << 30 // an 11k-token prompt of Qwen3-Next at 4-bit: ~600 MB of state
 	DefaultKeepAlive   = 10 * time.Second
 	DefaultQueueWait   = 10 * time.Minute
 	DefaultMaxTokens   = 4096
+
+	bodyTimeout = time.Minute // to read a request body
 )
 
 // Config configures a Server.
@@ -250,7 +252,13 @@ func (s *Server) post(h func(http.ResponseWriter, *http.Request, []byte)) http.H
 			writeError(w, tooLarge(s.cfg.MaxBody))
 			return
 		}
+		// The body's read is bounded here, not by the http.Server's
+		// ReadTimeout: once it passes, net/http cancels the request's
+		// context, which would stop a long generation.
+		rc := http.NewResponseController(w)
+		rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+		rc.SetReadDeadline(time.Time{})
 		if err != nil {
 			var mb *http.MaxBytesError
 			if errors.As(err, &mb) {

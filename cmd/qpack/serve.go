@@ -44,7 +44,7 @@ func init() {
 			&cli.IntFlag{Name: "queue", Value: server.DefaultQueue, Usage: "requests that may wait behind the running one"},
 			&cli.StringFlag{Name: "queue-wait", Value: server.DefaultQueueWait.String(), Usage: "longest wait in the queue (then 429)"},
 			&cli.StringFlag{Name: "max-body", Value: "16MiB", Usage: "largest request body (413 beyond)"},
-			&cli.StringFlag{Name: "prefix-cache", Value: "512MiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
+			&cli.StringFlag{Name: "prefix-cache", Value: "1GiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
 			&cli.BoolFlag{Name: "keep-think", Usage: "keep <think>…</think> inline in the content instead of reasoning_content"},
 			&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 			&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered or direct"},
@@ -170,13 +170,21 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 }
 
 // defaultSampling reads the model's generation_config.json sampling
-// defaults (greedy when it has none).
+// defaults (greedy when it has none). Only a regular file of at most 1 MiB
+// is read.
 func defaultSampling(model string) (sample.Params, error) {
 	p := filepath.Join(model, "generation_config.json")
-	data, err := os.ReadFile(p)
+	st, err := os.Stat(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return sample.Params{}, nil
 	}
+	if err != nil {
+		return sample.Params{}, err
+	}
+	if !st.Mode().IsRegular() || st.Size() > 1<<20 {
+		return sample.Params{}, fmt.Errorf("%s: not a regular file of at most 1 MiB", p)
+	}
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return sample.Params{}, err
 	}
@@ -198,7 +206,9 @@ func serveAction(c *cli.Context) error {
 		log.Warn("listening on an address other machines can reach", "addr", ln.Addr().String(), "api_key", s.cfg.APIKey != "")
 	}
 	srv := server.New(s.cfg)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+	// No ReadTimeout: it would cancel a long generation's context (the
+	// server bounds each body's read itself).
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
