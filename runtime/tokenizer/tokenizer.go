@@ -449,9 +449,11 @@ func (h *candHeap) Pop() any {
 	return x
 }
 
-// Decode turns ids into text. Unknown ids contribute nothing; with
-// skipSpecial, special added tokens are left out. Bytes that do not form
-// valid UTF-8 become U+FFFD.
+// Decode turns ids into text as the tokenizer.json's decoder says. Unknown
+// ids contribute nothing; with skipSpecial, special added tokens are left
+// out first. Bytes that do not form valid UTF-8 become U+FFFD: per maximal
+// ill-formed subpart for ByteLevel, per byte of a byte-fallback run that is
+// not valid UTF-8 as a whole for ByteFallback (as tokenizers does).
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 	if t.pt != nil {
 		return t.decodePieces(ids, skipSpecial)
