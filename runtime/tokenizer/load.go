@@ -410,6 +410,9 @@ func parsePreTokenizer(raw json.RawMessage, depth int, out []preStep) ([]preStep
 		default:
 			return nil, fmt.Errorf("Split behavior %q is not supported", p.Behavior)
 		}
+		if p.Pattern.String != nil {
+			return append(out, preStep{kind: stepSplit, literal: *p.Pattern.String, behavior: beh}), nil
+		}
 		re, err := compileSplit(expr)
 		if err != nil {
 			return nil, fmt.Errorf("Split pattern %q: %w", expr, err)

@@ -84,6 +84,7 @@ const (
 type preStep struct {
 	kind           stepKind
 	re             *regexp2.Regexp // Split pattern; ByteLevel: GPT-2 pattern or nil
+	literal        string          // Split with a String pattern (then re is nil)
 	behavior       splitBehavior
 	addPrefixSpace bool
 	meta           metaspace
@@ -226,7 +227,11 @@ func (s *preStep) apply(pieces []string, atStart bool) []string {
 		case stepMetaspace:
 			out = s.meta.apply(p, atStart && i == 0, out)
 		case stepSplit:
-			out = splitRegex(s.re, p, s.behavior, out)
+			if s.literal != "" {
+				out = splitLiteral(s.literal, p, s.behavior, out)
+			} else {
+				out = splitRegex(s.re, p, s.behavior, out)
+			}
 		case stepByteLevel:
 			if s.addPrefixSpace && !strings.HasPrefix(p, " ") {
 				p = " " + p
@@ -259,10 +264,6 @@ func splitRegex(re *regexp2.Regexp, s string, behavior splitBehavior, out []stri
 	}
 	offs = append(offs, len(s))
 
-	type span struct {
-		a, b  int
-		match bool
-	}
 	var spans []span
 	last := 0
 	m, err := re.FindRunesMatch(runes)
@@ -281,7 +282,43 @@ func splitRegex(re *regexp2.Regexp, s string, behavior splitBehavior, out []stri
 	if last < len(s) {
 		spans = append(spans, span{last, len(s), false})
 	}
+	return applyBehavior(s, spans, behavior, out)
+}
 
+// span is a stretch of a piece: a match of the split pattern or a gap.
+type span struct {
+	a, b  int
+	match bool
+}
+
+// splitLiteral is splitRegex for a String pattern: its leftmost
+// non-overlapping occurrences, found without a regex.
+func splitLiteral(lit, s string, behavior splitBehavior, out []string) []string {
+	if s == "" {
+		return out
+	}
+	var spans []span
+	last := 0
+	for {
+		i := strings.Index(s[last:], lit)
+		if i < 0 {
+			break
+		}
+		a := last + i
+		if a > last {
+			spans = append(spans, span{last, a, false})
+		}
+		spans = append(spans, span{a, a + len(lit), true})
+		last = a + len(lit)
+	}
+	if last < len(s) {
+		spans = append(spans, span{last, len(s), false})
+	}
+	return applyBehavior(s, spans, behavior, out)
+}
+
+// applyBehavior appends the pieces of s that behavior makes of its spans.
+func applyBehavior(s string, spans []span, behavior splitBehavior, out []string) []string {
 	switch behavior {
 	case isolated:
 		for _, sp := range spans {
@@ -449,9 +486,11 @@ func (h *candHeap) Pop() any {
 	return x
 }
 
-// Decode turns ids into text. Unknown ids contribute nothing; with
-// skipSpecial, special added tokens are left out. Bytes that do not form
-// valid UTF-8 become U+FFFD.
+// Decode turns ids into text as the tokenizer.json's decoder says. Unknown
+// ids contribute nothing; with skipSpecial, special added tokens are left
+// out first. Bytes that do not form valid UTF-8 become U+FFFD: per maximal
+// ill-formed subpart for ByteLevel, per byte of a byte-fallback run that is
+// not valid UTF-8 as a whole for ByteFallback (as tokenizers does).
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 	if t.pt != nil {
 		return t.decodePieces(ids, skipSpecial)
