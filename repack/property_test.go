@@ -157,8 +157,8 @@ func swapInFile(t testing.TB, path string) {
 func TestDirHeaderChangedRefused(t *testing.T) {
 	dir := t.TempDir()
 	src := variant(t, "qwen3_5_moe-q4g32")
-	for _, e := range must(os.ReadDir(src)) {
-		os.WriteFile(filepath.Join(dir, e.Name()), must(os.ReadFile(filepath.Join(src, e.Name()))), 0o644)
+	for _, e := range mustV(os.ReadDir(src)) {
+		os.WriteFile(filepath.Join(dir, e.Name()), mustV(os.ReadFile(filepath.Join(src, e.Name()))), 0o644)
 	}
 	ds, err := OpenDir(dir)
 	if err != nil {
@@ -178,7 +178,7 @@ func TestDirHeaderChangedRefused(t *testing.T) {
 	mustNotExist(t, out, out+".partial")
 }
 
-func must[T any](v T, err error) T {
+func mustV[T any](v T, err error) T {
 	if err != nil {
 		panic(err)
 	}
