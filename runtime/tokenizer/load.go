@@ -261,7 +261,8 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 
 	// Merges: rank = position; both sides and their concatenation must be
-	// tokens. A repeated pair keeps its first (highest-priority) rank.
+	// tokens. A repeated pair keeps its last rank: tokenizers collects the
+	// merges into a hash map, where a later entry replaces an earlier one.
 	t.merges = make(map[uint64]mergeVal, len(m.Merges))
 	for i, mg := range m.Merges {
 		if !mg.ok {
@@ -280,10 +281,7 @@ func parse(data []byte) (*Tokenizer, error) {
 		if !okC {
 			return nil, fmt.Errorf("model.merges[%d] (%q %q): the merged token %q is not in the vocab", i, mg.a, mg.b, mg.a+mg.b)
 		}
-		key := pairKey(a, b)
-		if _, dup := t.merges[key]; !dup {
-			t.merges[key] = mergeVal{rank: int32(i), id: int32(c)}
-		}
+		t.merges[pairKey(a, b)] = mergeVal{rank: int32(i), id: int32(c)}
 	}
 
 	// Added tokens.
