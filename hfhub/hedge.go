@@ -328,7 +328,8 @@ func (st *stream) launchHedge() {
 }
 
 // takeHedge switches the reader to its hedge if that answered; it reports
-// whether it did.
+// whether the reader's attempt changed (then r.body is the hedge's, or nil
+// when the hedge failed while catching up and a fresh attempt is due).
 func (r *rangeReader) takeHedge() bool {
 	st := r.st
 	if st == nil {
@@ -357,8 +358,12 @@ func (r *rangeReader) takeHedge() bool {
 	if skip <= int64(len(prefix)) {
 		prefix = prefix[skip:]
 	} else if _, err := io.CopyN(io.Discard, h.body, skip-int64(len(prefix))); err != nil {
+		// The laggard is already closed: report a switch with no body, so
+		// the caller opens a fresh attempt instead of failing on the
+		// laggard's cancellation.
 		h.cancelOrClose()
-		return false
+		r.f.c.log.Debug("hub hedge lost its connection while catching up", "file", r.f.path, "err", err.Error())
+		return true
 	} else {
 		prefix = nil
 	}

@@ -2,6 +2,7 @@ package hfhub
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -36,6 +37,17 @@ func TestStalePartsAndRefs(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(repoDir, "refs", "main")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refs/main written after a failed run: %v", err)
 	}
+	// A record written before records named their file is attributed by
+	// the cached listing of its commit.
+	rec := readFile(t, oldPart+".json")
+	var m map[string]any
+	if err := json.Unmarshal(rec, &m); err != nil || m["path"] != lfsPath {
+		t.Fatalf("record %s: %v", rec, err)
+	}
+	delete(m, "path")
+	delete(m, "commit")
+	legacy, _ := json.Marshal(m)
+	os.WriteFile(oldPart+".json", legacy, 0o644)
 	// Another file's partial (a record naming another path) stays.
 	foreign := filepath.Join(repoDir, "blobs", strings.Repeat("ab", 32)+".qpack-part")
 	os.WriteFile(foreign, []byte("x"), 0o644)

@@ -227,3 +227,17 @@ func FuzzParseFault(f *testing.F) {
 		}
 	})
 }
+
+func TestFaultBySeq(t *testing.T) {
+	s, _, _ := faultRepo(t, Config{})
+	next := s.Seq() + 1 // the second request from now
+	s.Inject(Fault{Kind: FaultStatus, Status: 502, Seq: next})
+	var codes []int
+	for i := 0; i < 3; i++ {
+		resp, _ := do(t, "GET", s.URL+"/api/models/org/m", nil)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 502 || codes[2] != 200 {
+		t.Fatalf("codes %v", codes)
+	}
+}
