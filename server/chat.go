@@ -210,10 +210,13 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, j *job, sh shap
 		return evs
 	}
 	finish := func(o *outcome) string {
+		reason := o.finishReason()
 		if len(calls) > 0 && o.reason != "length" {
-			return "tool_calls"
+			reason = "tool_calls"
 		}
-		return o.finishReason()
+		s.log.Info("completion", "prompt_tokens", len(j.prompt), "cached_tokens", o.cached, "completion_tokens", o.completion,
+			"finish_reason", reason, "prefill_seconds", o.prefill.Seconds(), "decode_seconds", o.decode.Seconds())
+		return reason
 	}
 	collect(parser.Push(forced))
 

@@ -18,7 +18,7 @@
 // every request is answered (200) or refused (429) within a bound, none
 // hangs; the RSS after each of -load-rounds rounds.
 //
-//	go run ./bench/serve [-layers 2] [-tokens 32] [-prompt 64] [-rounds 3] [-clients 20] [-queue 8] [-dir /tmp] [-json]
+//	go run ./bench/serve [-layers 2] [-tokens 128] [-prompt 16] [-rounds 5] [-reuse-rounds 2] [-clients 20] [-queue 8] [-dir /tmp] [-json]
 package main
 
 import (
@@ -48,16 +48,17 @@ import (
 
 func main() {
 	layers := flag.Int("layers", 2, "decoder layers of the synthetic model")
-	tokens := flag.Int("tokens", 32, "tokens to generate per overhead run")
-	promptLen := flag.Int("prompt", 64, "prompt tokens of the overhead runs")
-	rounds := flag.Int("rounds", 3, "rounds of each measurement (best and median reported)")
+	tokens := flag.Int("tokens", 128, "tokens to generate per overhead run")
+	promptLen := flag.Int("prompt", 16, "prompt tokens of the overhead runs")
+	rounds := flag.Int("rounds", 5, "rounds of each measurement (best and median reported)")
+	reuseRounds := flag.Int("reuse-rounds", 2, "rounds of the prefix reuse measurement")
 	clients := flag.Int("clients", 20, "concurrent streaming clients in the load test")
 	queue := flag.Int("queue", 8, "server queue in the load test")
 	loadRounds := flag.Int("load-rounds", 3, "rounds of the load test")
 	dir := flag.String("dir", "", "directory for the model (default: the system temp dir)")
 	asJSON := flag.Bool("json", false, "print the figures as JSON")
 	flag.Parse()
-	if err := run(*layers, *tokens, *promptLen, *rounds, *clients, *queue, *loadRounds, *dir, *asJSON); err != nil {
+	if err := run(*layers, *tokens, *promptLen, *rounds, *reuseRounds, *clients, *queue, *loadRounds, *dir, *asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/serve:", err)
 		os.Exit(1)
 	}
@@ -89,7 +90,7 @@ type loadRound struct {
 	Seconds                  float64
 }
 
-func run(layers, tokens, promptLen, rounds, clients, queue, loadRounds int, dir string, asJSON bool) error {
+func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRounds int, dir string, asJSON bool) error {
 	root, err := os.MkdirTemp(dir, "qpack-bench-serve-")
 	if err != nil {
 		return err
@@ -178,7 +179,7 @@ func run(layers, tokens, promptLen, rounds, clients, queue, loadRounds int, dir 
 	cold.SetRunner(r)
 	cbase, cstop := listen(cold)
 	defer cstop()
-	for round := range rounds {
+	for round := range reuseRounds {
 		msgs := []map[string]string{{"role": "system", "content": words(rng, sysWords)}}
 		var last streamed
 		for turn := range 5 {
