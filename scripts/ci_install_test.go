@@ -154,18 +154,13 @@ func TestCIInstall(t *testing.T) {
 	if err != nil {
 		t.Skip("no bash")
 	}
-	envPath, err := exec.LookPath("env")
-	if err != nil {
-		t.Fatal(err)
+	tool := map[string]string{}
+	for _, name := range []string{"env", "chmod", "true"} {
+		if tool[name], err = exec.LookPath(name); err != nil {
+			t.Fatal(err)
+		}
 	}
-	chmod, err := exec.LookPath("chmod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	truePath, err := exec.LookPath("true")
-	if err != nil {
-		t.Fatal(err)
-	}
+	envPath := tool["env"]
 	script, err := filepath.Abs("ci-install.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -177,12 +172,12 @@ func TestCIInstall(t *testing.T) {
 			logf := filepath.Join(dir, "calls.log")
 			must(t, os.Mkdir(bin, 0o755))
 			must(t, os.Symlink(envPath, filepath.Join(bin, "env")))
-			must(t, os.Symlink(truePath, filepath.Join(bin, "true")))
+			must(t, os.Symlink(tool["true"], filepath.Join(bin, "true")))
 			for name, body := range stubs {
 				if name == "sudo" && c.noSudo {
 					continue
 				}
-				body = strings.NewReplacer("%ENV%", envPath, "%CHMOD%", chmod).Replace(body)
+				body = strings.NewReplacer("%ENV%", envPath, "%CHMOD%", tool["chmod"]).Replace(body)
 				must(t, os.WriteFile(filepath.Join(bin, name), []byte(fmt.Sprintf(stubPrelude, bash)+body+"\n"), 0o755))
 			}
 			for _, p := range c.present {
