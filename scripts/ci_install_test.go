@@ -252,7 +252,8 @@ func TestCIRunUsesScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := string(data)
-	for _, want := range []string{"./scripts/ci-install.sh\n", `./scripts/ci-leftovers.sh "$ci_tmp"`, "mktemp -d", "trap cleanup EXIT", `export TMPDIR="$ci_tmp"`} {
+	for _, want := range []string{"./scripts/ci-install.sh\n", `./scripts/ci-leftovers.sh "$ci_tmp"`, "mktemp -d", "trap cleanup EXIT",
+		`export TMPDIR="$ci_tmp"`, `[ "$(tree_status)" != "$tree_before" ]`} {
 		if !strings.Contains(run, want) {
 			t.Errorf(".ci/run does not contain %q", want)
 		}
