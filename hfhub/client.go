@@ -551,6 +551,13 @@ func (c *Client) ListFiles(ctx context.Context, repo, commit string) ([]FileInfo
 	return c.listFiles(ctx, repo, commit, -1)
 }
 
+// ListFilesOf is ListFiles at the commit model info pinned (info.SHA), with
+// the page count capped by the entries info's siblings imply (see doc.go,
+// "Bounds"): use it when model info was fetched anyway.
+func (c *Client) ListFilesOf(ctx context.Context, repo string, info *ModelInfo) ([]FileInfo, error) {
+	return c.listFiles(ctx, repo, info.SHA, treeEntriesOf(info.Siblings))
+}
+
 // treeEntriesOf counts the entries a recursive tree listing of files holds:
 // the files and every directory above them.
 func treeEntriesOf(files []FileInfo) int {

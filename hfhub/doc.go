@@ -69,8 +69,8 @@
 //   - Pagination: every tree page but the last must hold an entry (an empty
 //     page with a next link is an error); pages are capped by the entries
 //     (files and their directories) model info lists plus 16
-//     (treePageSlack), or 100,000 when that is not known (ListFiles); a
-//     next link seen before is an error.
+//     (treePageSlack; Download, ListFilesOf), or 100,000 when that is not
+//     known (ListFiles); a next link seen before is an error.
 //   - Redirects: at most 10, no loops; a signed URL is re-resolved at most
 //     10 times per file.
 //   - Hedging: Ratio 0.25, MinWait 2 s, Interval 250 ms, MaxPerStream 3,

@@ -144,7 +144,7 @@ func (c *Client) Download(ctx context.Context, req DownloadRequest) (*DownloadRe
 	if isCommit(req.Revision) && commit != req.Revision {
 		return nil, fmt.Errorf("%s@%s: %w: the Hub answered commit %s", req.Repo, req.Revision, ErrBadResponse, commit)
 	}
-	all, err := c.listFiles(ctx, req.Repo, commit, treeEntriesOf(info.Siblings))
+	all, err := c.ListFilesOf(ctx, req.Repo, info)
 	if err != nil {
 		return nil, err
 	}

@@ -62,6 +62,18 @@ func TestPaginationBounds(t *testing.T) {
 	if got, err := c.listFiles(ctxT(t), "org/m", commit, 20); err != nil || len(got) != 20 {
 		t.Fatalf("20 pages: %d files, %v", len(got), err)
 	}
+	// ListFilesOf takes the cap from model info.
+	mi, err := c.ModelInfo(ctxT(t), "org/m", commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ListFilesOf(ctxT(t), "org/m", mi); err != nil || len(got) != 20 {
+		t.Fatalf("ListFilesOf: %d files, %v", len(got), err)
+	}
+	mi.Siblings = mi.Siblings[:2]
+	if _, err := c.ListFilesOf(ctxT(t), "org/m", mi); err == nil || !strings.Contains(err.Error(), "more than 18 pages") {
+		t.Fatalf("ListFilesOf with 2 siblings: want the page cap, got %v", err)
+	}
 	// A listing far longer than model info said is cut off.
 	if _, err := c.listFiles(ctxT(t), "org/m", commit, 2); err == nil || !strings.Contains(err.Error(), "more than 18 pages") {
 		t.Fatalf("want the page cap, got %v", err)
@@ -69,7 +81,7 @@ func TestPaginationBounds(t *testing.T) {
 	// Empty pages with fresh next links end at the first one.
 	hub.Inject(hubtest.Fault{Kind: hubtest.FaultEmptyPages, Route: hubtest.RouteTree, Skip: 3, Times: -1})
 	hub.ResetLog()
-	_, err := c.ListFiles(ctxT(t), "org/m", commit)
+	_, err = c.ListFiles(ctxT(t), "org/m", commit)
 	if err == nil || !strings.Contains(err.Error(), "page 4 is empty") {
 		t.Fatalf("want an empty-page error, got %v", err)
 	}
