@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 )
+
+// writeTimeout bounds each write to a client.
+const writeTimeout = time.Minute
 
 // APIError is a failure answered in OpenAI's error format.
 type APIError struct {
@@ -97,6 +101,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		data = []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 	w.WriteHeader(status)
 	w.Write(append(data, '\n'))
 }

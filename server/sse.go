@@ -62,6 +62,9 @@ func (s *sseWriter) writeLocked(p []byte) {
 	if s.err != nil {
 		return
 	}
+	// A client that stops reading must not hold the model: each write
+	// gets a deadline (ignored where the connection has none to set).
+	s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := s.w.Write(p); err != nil {
 		s.err = err
 		return

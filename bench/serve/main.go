@@ -211,7 +211,11 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 	load.SetRunner(r)
 	lbase, lstop := listen(load)
 	defer lstop()
-	lb, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt[:32], "max_tokens": 8, "stream": true})
+	short := make([]int, 32)
+	for i := range short {
+		short[i] = 1 + rng.IntN(250)
+	}
+	lb, _ := json.Marshal(map[string]any{"model": "m", "prompt": short, "max_tokens": 8, "stream": true})
 	for range loadRounds {
 		var lr loadRound
 		var mu sync.Mutex
