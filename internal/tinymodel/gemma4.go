@@ -3,9 +3,11 @@ package tinymodel
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -351,19 +353,19 @@ func gemma4Config(s Gemma4Spec, overrides []string, tok *tokenizer) map[string]a
 		"model_type":                  "gemma4_text",
 		"architectures":               []string{"Gemma4ForCausalLM"},
 		"attention_bias":              false,
-		"attention_dropout":           0.0,
+		"attention_dropout":           pyFloat(0),
 		"attention_k_eq_v":            d.AttentionKEqV,
 		"bos_token_id":                tok.id(tokEndOfText),
 		"dtype":                       dtype,
 		"enable_moe_block":            true,
 		"eos_token_id":                []int{tok.id(tokIMEnd), tok.id(tokEndOfText)},
-		"final_logit_softcapping":     d.FinalLogitSoftcap,
+		"final_logit_softcapping":     pyFloat(d.FinalLogitSoftcap),
 		"global_head_dim":             d.GlobalHeadDim,
 		"head_dim":                    d.HeadDim,
 		"hidden_activation":           "gelu_pytorch_tanh",
 		"hidden_size":                 d.HiddenSize,
 		"hidden_size_per_layer_input": 0,
-		"initializer_range":           stdLinear,
+		"initializer_range":           pyFloat(stdLinear),
 		"intermediate_size":           d.IntermediateSize,
 		"layer_types":                 d.LayerTypes,
 		"max_position_embeddings":     d.MaxPositionEmbedding,
@@ -375,11 +377,11 @@ func gemma4Config(s Gemma4Spec, overrides []string, tok *tokenizer) map[string]a
 		"num_key_value_heads":         d.NumKeyValueHeads,
 		"num_kv_shared_layers":        0,
 		"pad_token_id":                tok.id(tokEndOfText),
-		"rms_norm_eps":                d.RMSNormEps,
+		"rms_norm_eps":                pyFloat(d.RMSNormEps),
 		"rope_parameters": map[string]any{
-			LayerSliding: map[string]any{"rope_type": "default", "rope_theta": d.SlidingRopeTheta},
-			LayerFull: map[string]any{"rope_type": "proportional", "rope_theta": d.FullRopeTheta,
-				"partial_rotary_factor": d.FullPartialRotary},
+			LayerSliding: map[string]any{"rope_type": "default", "rope_theta": pyFloat(d.SlidingRopeTheta)},
+			LayerFull: map[string]any{"rope_type": "proportional", "rope_theta": pyFloat(d.FullRopeTheta),
+				"partial_rotary_factor": pyFloat(d.FullPartialRotary)},
 		},
 		"sliding_window":             d.SlidingWindow,
 		"tie_word_embeddings":        true,
@@ -407,4 +409,24 @@ func gemma4Config(s Gemma4Spec, overrides []string, tok *tokenizer) map[string]a
 		c["quantization_config"] = quantization(qs, overrides)
 	}
 	return c
+}
+
+// pyFloat is a float written as Python's json writes one (30.0, 1e-06), so
+// a whole number stays a float for readers that check types strictly
+// (transformers 5's config dataclasses refuse "final_logit_softcapping": 30).
+type pyFloat float64
+
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, fmt.Errorf("tinymodel: %v is not a JSON number", v)
+	}
+	if a := math.Abs(v); a != 0 && (a < 1e-4 || a >= 1e16) {
+		return []byte(strconv.FormatFloat(v, 'g', -1, 64)), nil // 1e-06, as Python's repr
+	}
+	s := strconv.FormatFloat(v, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return []byte(s), nil
 }
