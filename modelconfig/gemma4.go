@@ -230,3 +230,45 @@ func hasNull(o *Object, key string) bool {
 	raw, ok := o.m[key]
 	return ok && isNull(raw)
 }
+
+// checkTensors checks Gemma 4's per-layer shapes that the config decides:
+// the router's rows against num_experts, the attention projections' rows
+// against the layer's heads x head dim (sliding or full), and v_proj's
+// presence against attention_k_eq_v. Quantized matrices keep their row
+// count; absent tensors are left to the loaders. One layer per problem
+// kind is enough to name.
+func (g *Gemma4) checkTensors(c *Config, p *problems, field func(string) string, shape ShapeOf) {
+	reported := map[string]bool{}
+	// rows: tensor name must have want rows, as field f (and how want
+	// follows from the config: why) says.
+	rows := func(name, f, why string, want int) {
+		s, ok := shape(name)
+		if !ok || reported[f] {
+			return
+		}
+		if len(s) < 1 || s[0] != int64(want) {
+			p.add(field(f), "%s gives %d rows, but tensor %s has shape %v", why, want, name, s)
+			reported[f] = true
+		}
+	}
+	for l := range c.Layers {
+		pre := fmt.Sprintf("%slayers.%d.", c.Prefix, l)
+		rows(pre+"router.proj.weight", "num_experts", fmt.Sprintf("num_experts %d", c.Experts), c.Experts)
+		hd, kv, hdField, kvField := c.HeadDim, c.KVHeads, "head_dim", "num_key_value_heads"
+		full := l < len(g.Sliding) && !g.Sliding[l]
+		if full {
+			hd, kv, hdField = g.FullHeadDim, g.FullKVHeads, "global_head_dim"
+			if g.AttentionKEqV {
+				kvField = "num_global_key_value_heads"
+			}
+		}
+		rows(pre+"self_attn.q_proj.weight", hdField, fmt.Sprintf("num_attention_heads %d x %s %d", c.Heads, hdField, hd), c.Heads*hd)
+		for _, proj := range []string{"k_proj", "v_proj"} {
+			rows(pre+"self_attn."+proj+".weight", kvField, fmt.Sprintf("%s %d x %s %d", kvField, kv, hdField, hd), kv*hd)
+		}
+		if _, ok := shape(pre + "self_attn.v_proj.weight"); ok && full && g.AttentionKEqV && !reported["attention_k_eq_v"] {
+			p.add(field("attention_k_eq_v"), "true, but full-attention layer %d has %sself_attn.v_proj.weight (k_eq_v layers have none)", l, pre)
+			reported["attention_k_eq_v"] = true
+		}
+	}
+}

@@ -160,3 +160,55 @@ func gemma4Consistent(c *Config, g *Gemma4) bool {
 		g.FullRopePairs >= 0 && g.FullRopePairs <= g.FullHeadDim/2 && g.FullRopeFactor > 0 &&
 		g.FinalLogitSoftcap >= 0 && c.Intermediate >= 1
 }
+
+// CheckTensors names the config field a Gemma 4 tensor contradicts.
+func TestGemma4CheckTensors(t *testing.T) {
+	c, err := Load(filepath.Join("..", "testdata", "tiny", "gemma4-f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layer 2 is full attention: 4 heads x 32, one KV head (k_eq_v).
+	good := map[string][]int64{
+		"language_model.model.embed_tokens.weight":              {384, 64},
+		"language_model.model.layers.0.router.proj.weight":      {8, 64},
+		"language_model.model.layers.0.self_attn.q_proj.weight": {64, 64},
+		"language_model.model.layers.0.self_attn.k_proj.weight": {32, 64},
+		"language_model.model.layers.0.self_attn.v_proj.weight": {32, 64},
+		"language_model.model.layers.2.self_attn.q_proj.weight": {128, 64},
+		"language_model.model.layers.2.self_attn.k_proj.weight": {32, 64},
+	}
+	check := func(edit func(m map[string][]int64)) error {
+		m := map[string][]int64{}
+		for k, v := range good {
+			m[k] = v
+		}
+		edit(m)
+		return c.CheckTensors("config.json", func(n string) ([]int64, bool) { s, ok := m[n]; return s, ok })
+	}
+	if err := check(func(map[string][]int64) {}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		edit func(m map[string][]int64)
+		want string
+	}{
+		{func(m map[string][]int64) { m["language_model.model.layers.0.router.proj.weight"] = []int64{16, 64} }, "text_config.num_experts: num_experts 8 gives 8 rows, but tensor language_model.model.layers.0.router.proj.weight has shape [16 64]"},
+		{func(m map[string][]int64) {
+			m["language_model.model.layers.2.self_attn.q_proj.weight"] = []int64{64, 64}
+		}, "text_config.global_head_dim: num_attention_heads 4 x global_head_dim 32 gives 128 rows"},
+		{func(m map[string][]int64) {
+			m["language_model.model.layers.2.self_attn.k_proj.weight"] = []int64{64, 64}
+		}, "text_config.num_global_key_value_heads: num_global_key_value_heads 1 x global_head_dim 32 gives 32 rows"},
+		{func(m map[string][]int64) {
+			m["language_model.model.layers.0.self_attn.k_proj.weight"] = []int64{16, 64}
+		}, "text_config.num_key_value_heads: num_key_value_heads 2 x head_dim 16 gives 32 rows"},
+		{func(m map[string][]int64) {
+			m["language_model.model.layers.2.self_attn.v_proj.weight"] = []int64{32, 64}
+		}, "text_config.attention_k_eq_v: true, but full-attention layer 2"},
+		{func(m map[string][]int64) { m["language_model.model.embed_tokens.weight"] = []int64{383, 64} }, "text_config.vocab_size: 384"},
+	} {
+		if err := check(tc.edit); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want %q", err, tc.want)
+		}
+	}
+}
