@@ -203,3 +203,55 @@ func TestGemma4DeepVerifyNamesRouter(t *testing.T) {
 		t.Fatalf("exit %d, want 1 naming %s:\n%s%s", code, name, stdout, stderr)
 	}
 }
+
+// A Gemma 4 checkpoint whose config the runner cannot run, or whose
+// config its tensors contradict, is refused before anything is written:
+// exit 2, the field named.
+func TestGemma4RepackRefusesBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		edit func(text map[string]any)
+		want string
+	}{
+		{func(x map[string]any) { x["hidden_size_per_layer_input"] = 256 }, "text_config.hidden_size_per_layer_input: 256: per-layer inputs"},
+		{func(x map[string]any) { x["num_experts"] = 5 }, "text_config.num_experts"},
+		{func(x map[string]any) { x["global_head_dim"] = 32 }, "text_config.global_head_dim"},
+		{func(x map[string]any) { delete(x, "enable_moe_block") }, "text_config.enable_moe_block: missing"},
+	} {
+		src := filepath.Join(t.TempDir(), "src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		orig := filepath.Join("..", "..", "testdata", "tiny", "gemma4-towers-q4g64")
+		ents, err := os.ReadDir(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(orig, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == "config.json" {
+				var m map[string]any
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatal(err)
+				}
+				tc.edit(m["text_config"].(map[string]any))
+				if b, err = json.Marshal(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(src, e.Name()), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := filepath.Join(t.TempDir(), "x.qpack")
+		_, stderr, code := runMain(t, "repack", "--from-dir", src, "--output", out, "--reserve", "-1")
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("exit %d, want 2 with %q:\n%s", code, tc.want, stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s left behind (%v)", out, err)
+		}
+	}
+}
