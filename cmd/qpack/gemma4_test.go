@@ -22,7 +22,6 @@ func TestGemma4RepackVerifyInspect(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			src := filepath.Join("..", "..", "testdata", "tiny", v.Name)
 			out := filepath.Join(t.TempDir(), v.Name+".qpack")
-			d := v.Spec.Dims
 
 			stdout, stderr, code := runMain(t, "repack", "--from-dir", src, "--output", out, "--json", "--reserve", "-1")
 			if code != 0 {
@@ -58,47 +57,57 @@ func TestGemma4RepackVerifyInspect(t *testing.T) {
 				t.Fatalf("verify-install --deep: exit %d: %s", code, stderr)
 			}
 
-			stdout, stderr, code = runMain(t, "inspect", "--json", out)
-			if code != 0 {
-				t.Fatalf("inspect: exit %d: %s", code, stderr)
-			}
-			var ins struct {
-				ModelType string `json:"model_type"`
-				Experts   struct {
-					Count, Layers int
-				} `json:"experts"`
-				Layers []struct{ Kind string } `json:"layers"`
-				Quant  *struct {
-					ExpertBits int `json:"expert_bits"`
-					Overrides  []struct {
-						Module string
-						Bits   int
-					} `json:"overrides"`
-				} `json:"quantization"`
-			}
-			if err := json.Unmarshal([]byte(stdout), &ins); err != nil {
-				t.Fatal(err)
-			}
-			if ins.ModelType != "gemma4" || ins.Experts.Count != d.NumExperts || ins.Experts.Layers != d.NumHiddenLayers || len(ins.Layers) != d.NumHiddenLayers {
-				t.Errorf("inspect: %s", stdout)
-			}
-			for l, lr := range ins.Layers {
-				if lr.Kind != d.LayerTypes[l] {
-					t.Errorf("layer %d: kind %q, want %q", l, lr.Kind, d.LayerTypes[l])
-				}
-			}
-			if v.Spec.Bits != 0 {
-				if ins.Quant == nil || ins.Quant.ExpertBits != v.Spec.Bits || len(ins.Quant.Overrides) != d.NumHiddenLayers {
-					t.Errorf("inspect quantization: %s", stdout)
-				} else {
-					for _, o := range ins.Quant.Overrides {
-						if o.Bits != 8 || !strings.HasSuffix(o.Module, ".router.proj") {
-							t.Errorf("override %+v", o)
-						}
-					}
-				}
+			for _, target := range []string{src, out} {
+				checkGemma4Inspect(t, target, v.Spec)
 			}
 		})
+	}
+}
+
+// checkGemma4Inspect: inspect --json of a Gemma 4 checkpoint or container
+// reports its experts, each layer's attention kind and the 8-bit routers.
+func checkGemma4Inspect(t *testing.T, target string, s tinymodel.Gemma4Spec) {
+	t.Helper()
+	d := s.Dims
+	stdout, stderr, code := runMain(t, "inspect", "--json", target)
+	if code != 0 {
+		t.Fatalf("inspect %s: exit %d: %s", target, code, stderr)
+	}
+	var ins struct {
+		ModelType string `json:"model_type"`
+		Experts   struct {
+			Count, Layers int
+		} `json:"experts"`
+		Layers []struct{ Kind string } `json:"layers"`
+		Quant  *struct {
+			ExpertBits int `json:"expert_bits"`
+			Overrides  []struct {
+				Module string
+				Bits   int
+			} `json:"overrides"`
+		} `json:"quantization"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &ins); err != nil {
+		t.Fatal(err)
+	}
+	if ins.ModelType != "gemma4" || ins.Experts.Count != d.NumExperts || ins.Experts.Layers != d.NumHiddenLayers || len(ins.Layers) != d.NumHiddenLayers {
+		t.Errorf("inspect %s: %s", target, stdout)
+	}
+	for l, lr := range ins.Layers {
+		if lr.Kind != d.LayerTypes[l] {
+			t.Errorf("inspect %s: layer %d: kind %q, want %q", target, l, lr.Kind, d.LayerTypes[l])
+		}
+	}
+	if s.Bits != 0 {
+		if ins.Quant == nil || ins.Quant.ExpertBits != s.Bits || len(ins.Quant.Overrides) != d.NumHiddenLayers {
+			t.Errorf("inspect quantization: %s", stdout)
+		} else {
+			for _, o := range ins.Quant.Overrides {
+				if o.Bits != 8 || !strings.HasSuffix(o.Module, ".router.proj") {
+					t.Errorf("override %+v", o)
+				}
+			}
+		}
 	}
 }
 
