@@ -3,6 +3,7 @@ package tinymodel
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,5 +130,83 @@ func TestGemma4SpecValidation(t *testing.T) {
 		if err := GenerateGemma4(t.TempDir(), s); err == nil {
 			t.Errorf("case %d: no error", i)
 		}
+	}
+}
+
+// Every quantized Gemma 4 variant dequantizes to its float twin (same
+// seed and dims) within the quantization error, with router.proj at 8
+// bits group 64 and declared so, and every other tensor a bf16 copy.
+func TestGemma4QuantizedVariants(t *testing.T) {
+	for _, v := range Gemma4Variants() {
+		if v.Spec.Bits == 0 {
+			continue
+		}
+		t.Run(v.Name, func(t *testing.T) {
+			twin := v.Spec
+			twin.Bits, twin.GroupSize, twin.Shards = 0, 0, 1
+			fdir := filepath.Join(t.TempDir(), "f32")
+			if err := GenerateGemma4(fdir, twin); err != nil {
+				t.Fatal(err)
+			}
+			fk := openCkpt(t, fdir)
+			qdir := filepath.Join(committedDir, v.Name)
+			qk := openCkpt(t, qdir)
+			var cfg struct {
+				Q map[string]any `json:"quantization"`
+			}
+			readJSON(t, filepath.Join(qdir, "config.json"), &cfg)
+			if len(cfg.Q) != 3+v.Spec.Dims.NumHiddenLayers {
+				t.Errorf("quantization has %d keys", len(cfg.Q))
+			}
+			quantized := 0
+			for _, name := range fk.c.Names() {
+				ft, fv := fk.floats(name)
+				module := strings.TrimSuffix(name, ".weight")
+				if _, _, isQ := qk.c.Lookup(module + ".scales"); !isQ {
+					qt, qv := qk.floats(name)
+					if qt.DType != safetensors.BF16 || !sameShape(qt.Shape, ft.Shape...) {
+						t.Errorf("%s: %s %v", name, qt.DType, qt.Shape)
+						continue
+					}
+					for i := range fv {
+						if qv[i] != bf16Round(fv[i]) {
+							t.Fatalf("%s[%d] = %v, want bf16 of %v", name, i, qv[i], fv[i])
+						}
+					}
+					continue
+				}
+				quantized++
+				bits, group := v.Spec.Bits, v.Spec.GroupSize
+				if strings.HasSuffix(module, ".router.proj") {
+					bits, group = 8, 64
+					if o, ok := cfg.Q[module].(map[string]any); !ok || o["bits"] != 8.0 || o["group_size"] != 64.0 {
+						t.Errorf("no 8-bit override for %s: %v", module, cfg.Q[module])
+					}
+				} else if _, ok := cfg.Q[module]; ok {
+					t.Errorf("unexpected override for %s", module)
+				}
+				_, wb := qk.tensor(module + ".weight")
+				_, sv := qk.floats(module + ".scales")
+				_, bv := qk.floats(module + ".biases")
+				n := len(ft.Shape)
+				rows, cols := 1, int(ft.Shape[n-1])
+				for _, d := range ft.Shape[:n-1] {
+					rows *= int(d)
+				}
+				deq := dequant(wb, sv, bv, rows, cols, bits, group)
+				nb := float64(int(1)<<bits - 1)
+				for i := range fv {
+					g := i / group
+					tol := math.Abs(sv[g])*(1.01+nb/256) + (math.Abs(bv[g])+math.Abs(fv[i]))/256 + 1e-7
+					if e := math.Abs(deq[i] - fv[i]); e > tol {
+						t.Fatalf("%s[%d]: dequantized %v, float %v", module, i, deq[i], fv[i])
+					}
+				}
+			}
+			// embed_tokens, per layer q/k/(v)/o, mlp x3, router, experts x3.
+			if quantized < 1+9*v.Spec.Dims.NumHiddenLayers {
+				t.Errorf("%d quantized modules", quantized)
+			}
+		})
 	}
 }
