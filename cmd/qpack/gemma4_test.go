@@ -264,3 +264,23 @@ func TestGemma4RepackRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// From the (fake) Hub the sharded 4-bit Gemma 4 repacks to the same
+// container as from its directory, and verifies deeply against the Hub
+// repository the manifest records.
+func TestGemma4RepackFromHub(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "tiny", "gemma4-q4g32")
+	hubWith(t, src)
+	tmp := t.TempDir()
+	a, b := filepath.Join(tmp, "hub.qpack"), filepath.Join(tmp, "dir.qpack")
+	if _, stderr, code := runMain(t, "repack", "--from-hf", "org/m", "--output", a, "--reserve", "-1"); code != 0 {
+		t.Fatalf("repack --from-hf: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := runMain(t, "repack", "--from-dir", src, "--output", b, "--reserve", "-1"); code != 0 {
+		t.Fatalf("repack --from-dir: exit %d: %s", code, stderr)
+	}
+	sameFiles(t, a, b)
+	if _, stderr, code := runMain(t, "verify-install", "--deep", a); code != 0 {
+		t.Fatalf("verify-install --deep: exit %d: %s", code, stderr)
+	}
+}
