@@ -60,6 +60,19 @@ type refFile struct {
 	data []byte
 }
 
+func openRefFile(t *testing.T, path string) refFile {
+	t.Helper()
+	h, err := safetensors.ReadFileHeader(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refFile{t, h, data}
+}
+
 func (r refFile) get(name string, dt safetensors.DType, shape ...int64) []byte {
 	r.t.Helper()
 	tn, ok := r.h.Tensor(name)
@@ -112,16 +125,8 @@ func argmax(row []float64) int64 {
 func TestGemma4ReferenceFiles(t *testing.T) {
 	for _, v := range Gemma4Variants() {
 		t.Run(v.Name, func(t *testing.T) {
-			path := filepath.Join(referenceDir, "gemma4_"+v.Name+".safetensors")
-			h, err := safetensors.ReadFileHeader(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := refFile{t, h, data}
+			r := openRefFile(t, filepath.Join(referenceDir, "gemma4_"+v.Name+".safetensors"))
+			h := r.h
 			d := v.Spec.Dims
 			const T, N = 12, 8
 			V, H := int64(d.VocabSize), int64(d.HiddenSize)
