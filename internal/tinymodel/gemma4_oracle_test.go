@@ -10,7 +10,8 @@ import (
 
 // An independent float64 Gemma 4 forward in Go, written from
 // ../shared/reference/gemma4.md §1 over the committed MLX files, reproduces
-// the transformers references (logits and every layer's hidden state): the
+// the transformers references (logits, every layer's hidden state, the
+// logits of the greedy continuation past the sliding window): the
 // references, the checkpoints and the documented semantics agree. It is a
 // test oracle, not the runtime's implementation.
 func TestGemma4OracleMatchesReferences(t *testing.T) {
@@ -37,6 +38,13 @@ func TestGemma4OracleMatchesReferences(t *testing.T) {
 			for l := range d.NumHiddenLayers {
 				check(fmt.Sprintf("hidden.%d", l), hidden[l], r.floats(fmt.Sprintf("hidden.%d", l), T, H), 1e-4)
 			}
+			// The greedy continuation (made by transformers' incremental
+			// decode past the window): a full forward over the prompt and
+			// the continuation gives its logits.
+			const N = 8
+			cont := r.ints("continuation", N)
+			all, _ := gemma4Oracle(d, w, append(append([]int64{}, ids...), cont[:N-1]...))
+			check("continuation_logits", all[(T-1)*V:], r.floats("continuation_logits", N, V), 1e-4)
 		})
 	}
 }
