@@ -32,6 +32,10 @@ func (c *Config) CheckTensors(file string, shape ShapeOf) error {
 	if !c.TieWordEmbeddings {
 		rows(c.HeadPrefix+"weight", field("vocab_size"), c.Vocab)
 	}
+	if g, ok := c.Extra.(*Gemma4); ok {
+		g.checkTensors(c, p, field, shape)
+		return p.err()
+	}
 	for l, sparse := range c.Sparse {
 		if n := len(p.list); sparse {
 			rows(fmt.Sprintf("%slayers.%d.mlp.gate.weight", c.Prefix, l), field("num_experts"), c.Experts)

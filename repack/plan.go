@@ -92,8 +92,12 @@ func skipReason(name string) string {
 	case strings.HasPrefix(name, "vision_tower.") || strings.Contains(name, ".vision_tower.") ||
 		strings.HasPrefix(name, "model.visual.") || strings.Contains(name, ".visual."):
 		return "vision tower (text-only runner)"
+	case strings.HasPrefix(name, "embed_vision.") || strings.Contains(name, ".embed_vision."):
+		return "vision embedding projection (text-only runner)" // Gemma 4 multimodal conversions
 	case strings.HasPrefix(name, "audio_tower.") || strings.Contains(name, ".audio_tower."):
 		return "audio tower (text-only runner)"
+	case strings.HasPrefix(name, "embed_audio.") || strings.Contains(name, ".embed_audio."):
+		return "audio embedding projection (text-only runner)"
 	}
 	return ""
 }

@@ -26,7 +26,10 @@
 //
 // Each figure is the best of -rounds runs, alternating configurations.
 //
-//	go run ./bench/runner [-layers 4] [-vocab 32768] [-tokens 24] [-prompt 512] [-rounds 2] [-io direct] [-dir /tmp] [-keep] [-json]
+// -dims 397b measures the same at Qwen3.5-397B-A17B's per-layer dims
+// (hidden 4096, 512 experts top-10 of 1024: 7,077,888-byte blobs).
+//
+//	go run ./bench/runner [-dims 35b|397b] [-layers 4] [-vocab 32768] [-tokens 24] [-prompt 512] [-rounds 2] [-io direct] [-dir /tmp] [-keep] [-json]
 package main
 
 import (
@@ -93,6 +96,7 @@ func main() {
 	budget := flag.Int64("budget", 0, "internal: cache budget in bytes")
 	chunk := flag.Int("chunk", runner.DefaultPrefillChunk, "internal: prefill chunk")
 	layers := flag.Int("layers", 4, "decoder layers (every 4th is full attention)")
+	dimsFlag := flag.String("dims", "35b", "per-layer dims: 35b (Qwen3.5/3.6-35B-A3B) or 397b (Qwen3.5-397B-A17B: 512 experts of 7,077,888 B, 3.6 GB of experts per layer, as much memory to write them)")
 	vocab := flag.Int("vocab", 32768, "vocabulary size (the real one is 248320; a smaller one keeps lm_head, which a 4-layer model does not amortize, from dominating)")
 	tokens := flag.Int("tokens", 24, "decode tokens measured (after 8 warm-up tokens)")
 	prompt := flag.Int("prompt", 512, "prefill prompt tokens")
@@ -106,6 +110,10 @@ func main() {
 	noScan := flag.Bool("noscan", false, "internal: runner.Options.NoScan")
 	specReads := flag.Int("specreads", 0, "internal: runner.Options.SpecReads")
 	flag.Parse()
+	if _, ok := benchDimsOf[*dimsFlag]; !ok {
+		fail(fmt.Errorf("-dims %q: want 35b or 397b", *dimsFlag))
+	}
+	benchDims = *dimsFlag
 	mode, err := expertcache.ParseIOMode(*ioMode)
 	if err != nil {
 		fail(err)
@@ -356,7 +364,7 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 			return err
 		}
 		t0 := time.Now()
-		cmd := exec.Command(os.Args[0], "-child", "write", "-model", pack, "-layers", fmt.Sprint(layers), "-vocab", fmt.Sprint(vocab))
+		cmd := exec.Command(os.Args[0], "-child", "write", "-model", pack, "-layers", fmt.Sprint(layers), "-vocab", fmt.Sprint(vocab), "-dims", benchDims)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("writing the model: %w", err)
@@ -477,13 +485,13 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
+		return enc.Encode(map[string]any{"dims": benchDimsOf[benchDims].label, "layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
 			"io": ioName, "readers": readers, "gomaxprocs": goruntime.GOMAXPROCS(0), "decode": rows, "warm": warm, "prefill": pre,
 			"prefill_speedup_best": pre[0].TokPerSec / pre[2].TokPerSec, "speculation_gain_rounds": gains, "prefill_speedup_rounds": speedups, "prefill_speedup_median": median, "loadavg_before": loadBefore, "loadavg_after": loadAfter})
 	}
 	mib := func(n float64) string { return fmt.Sprintf("%.0f MiB", n/(1<<20)) }
-	fmt.Printf("model: %d layers at Qwen3.5/3.6-35B-A3B per-layer dims, vocab %d, %d experts of %d B per layer (%s of experts), io %s, %d reads in flight, GOMAXPROCS %d\n",
-		layers, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
+	fmt.Printf("model: %d layers at %s per-layer dims, vocab %d, %d experts of %d B per layer (%s of experts), io %s, %d reads in flight, GOMAXPROCS %d\n",
+		layers, benchDimsOf[benchDims].label, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
 	fmt.Printf("load average (1 min) before %s, after %s; best of %d rounds\n", loadBefore, loadAfter, rounds)
 	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
 	fmt.Printf("%-22s %9s %8s %11s %8s %10s %11s %11s %8s %9s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs needed", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
@@ -528,10 +536,21 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	return nil
 }
 
+// benchDims names the per-layer dims measured (-dims).
+var benchDims = "35b"
+
+var benchDimsOf = map[string]struct {
+	label string
+	dims  func(layers, vocab int) synthetic.Dims
+}{
+	"35b":  {"Qwen3.5/3.6-35B-A3B", synthetic.Real},
+	"397b": {"Qwen3.5-397B-A17B", synthetic.Qwen397B},
+}
+
 // writeModel generates the synthetic model and writes it as a container
 // with a tokenizer (the tiny models'; the benchmark feeds token ids).
 func writeModel(pack string, layers, vocab int) error {
-	d := synthetic.Real(layers, vocab)
+	d := benchDimsOf[benchDims].dims(layers, vocab)
 	d.Unique = 32
 	g, err := synthetic.Generate(d, 1)
 	if err != nil {

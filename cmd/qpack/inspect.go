@@ -98,7 +98,7 @@ type expertReport struct {
 
 type layerReport struct {
 	Layer       int    `json:"layer"`
-	Kind        string `json:"kind"` // "linear_attention" or "full_attention"
+	Kind        string `json:"kind"` // "linear_attention", "full_attention" or "sliding_attention"
 	DenseBytes  int64  `json:"dense_bytes"`
 	ExpertBytes int64  `json:"expert_bytes"`
 }
@@ -149,6 +149,9 @@ var architectureKeys = []string{
 	"shared_expert_intermediate_size", "linear_num_key_heads", "linear_num_value_heads",
 	"linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval",
 	"partial_rotary_factor", "rope_theta", "max_position_embeddings", "tie_word_embeddings",
+	// Gemma 4
+	"top_k_experts", "intermediate_size", "sliding_window", "global_head_dim", "num_global_key_value_heads",
+	"attention_k_eq_v", "final_logit_softcapping",
 }
 
 func readArchitecture(data []byte) map[string]any {
@@ -242,7 +245,7 @@ func inspectCheckpoint(dir string) (*inspectReport, error) {
 		rep.Quantization.ExpertBits, rep.Quantization.ExpertGroup = plan.QuantBits, plan.QuantGroup
 	}
 	rep.Experts = expertsOf(plan.Layout)
-	rep.Layers = layersOf(plan.Layout, func(l int) int64 {
+	rep.Layers = layersOf(plan.Layout, attentionKinds(cfg), func(l int) int64 {
 		var n int64
 		for _, d := range plan.Dense {
 			if layerOf(d.Src.Name) == l {
@@ -263,9 +266,14 @@ func inspectContainer(dir string) (*inspectReport, error) {
 	m := c.Manifest
 	rep := &inspectReport{Path: dir, Kind: "qpack", ModelType: m.ModelName, DTypes: map[string]int{},
 		Tensors: len(c.Dense.Tensors)}
+	var kinds []string
 	if data, err := os.ReadFile(c.Path("config.json")); err == nil {
 		rep.Architecture = readArchitecture(data)
-		if cfg, err := repack.ParseConfig(data, "config.json"); err == nil && (cfg.QuantBits > 0 || len(cfg.Overrides()) > 0) {
+		cfg, err := repack.ParseConfig(data, "config.json")
+		if err == nil {
+			kinds = attentionKinds(cfg)
+		}
+		if err == nil && (cfg.QuantBits > 0 || len(cfg.Overrides()) > 0) {
 			q := &quantReport{Bits: cfg.QuantBits, GroupSize: cfg.QuantGroup}
 			for _, o := range cfg.Overrides() {
 				q.Overrides = append(q.Overrides, overrideReport(o))
@@ -291,7 +299,7 @@ func inspectContainer(dir string) (*inspectReport, error) {
 	}
 	rep.ExpertBytes = int64(c.Layout.LayerCount) * c.Layout.LayerSize()
 	rep.Experts = expertsOf(c.Layout)
-	rep.Layers = layersOf(c.Layout, func(l int) int64 {
+	rep.Layers = layersOf(c.Layout, kinds, func(l int) int64 {
 		var n int64
 		for _, t := range c.Dense.Tensors {
 			if layerOf(t.Name) == l {
@@ -316,12 +324,17 @@ func expertsOf(l *qpack.Layout) *expertReport {
 		Sections: l.Sections, PerLayer: l.LayerSize(), AllLayers: int64(l.LayerCount) * l.LayerSize()}
 }
 
-func layersOf(l *qpack.Layout, dense func(int) int64) []layerReport {
+// layersOf reports each layer; kinds, when not nil, names the attention
+// of each layer (else the layout's linear/full flags do).
+func layersOf(l *qpack.Layout, kinds []string, dense func(int) int64) []layerReport {
 	out := make([]layerReport, l.LayerCount)
 	for i := range out {
 		kind := "full_attention"
 		if i < len(l.LinearLayers) && l.LinearLayers[i] {
 			kind = "linear_attention"
+		}
+		if i < len(kinds) {
+			kind = kinds[i]
 		}
 		out[i] = layerReport{Layer: i, Kind: kind, DenseBytes: dense(i), ExpertBytes: l.LayerSize()}
 	}
@@ -420,7 +433,7 @@ func (r *inspectReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "expert bytes\t%s\n", humanBytes(r.ExpertBytes))
 	}
 	if r.SkippedBytes > 0 {
-		fmt.Fprintf(tw, "skipped\t%d tensors, %s (mtp / vision)\n", len(r.Skipped), humanBytes(r.SkippedBytes))
+		fmt.Fprintf(tw, "skipped\t%d tensors, %s (mtp / vision / audio)\n", len(r.Skipped), humanBytes(r.SkippedBytes))
 	}
 	if e := r.Experts; e != nil {
 		fmt.Fprintf(tw, "experts\t%d per layer x %d layers\n", e.Count, e.Layers)
