@@ -7,7 +7,9 @@
 // Overhead: decode tok/s and time to first token of a streaming
 // /v1/completions request through the server on 127.0.0.1, against
 // runner.Session.Generate (what qpack generate runs) on the same prompt
-// and model, greedy, alternating, best of -rounds (goal: decode >= 0.95x).
+// and model, greedy, alternating, -rounds rounds (goal: decode >= 0.95x);
+// also the ratio of the CPU time per decoded token, which the load of other
+// processes on the machine hardly moves.
 //
 // Prefix reuse: time to first token of a chat's fifth turn (the client
 // resends the conversation) on a server that saved decode states during
@@ -18,7 +20,7 @@
 // every request is answered (200) or refused (429) within a bound, none
 // hangs; the RSS after each of -load-rounds rounds.
 //
-//	go run ./bench/serve [-layers 2] [-tokens 128] [-prompt 16] [-rounds 5] [-reuse-rounds 2] [-clients 20] [-queue 8] [-dir /tmp] [-json]
+//	go run ./bench/serve [-layers 2] [-tokens 128] [-prompt 16] [-rounds 7] [-reuse-rounds 2] [-clients 20] [-queue 8] [-dir /tmp] [-json]
 package main
 
 import (
@@ -39,6 +41,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/qpack-go/qpack/runtime/runner"
@@ -50,7 +53,7 @@ func main() {
 	layers := flag.Int("layers", 2, "decoder layers of the synthetic model")
 	tokens := flag.Int("tokens", 128, "tokens to generate per overhead run")
 	promptLen := flag.Int("prompt", 16, "prompt tokens of the overhead runs")
-	rounds := flag.Int("rounds", 5, "rounds of each measurement (best and median reported)")
+	rounds := flag.Int("rounds", 7, "rounds of each measurement (best and median reported)")
 	reuseRounds := flag.Int("reuse-rounds", 2, "rounds of the prefix reuse measurement")
 	clients := flag.Int("clients", 20, "concurrent streaming clients in the load test")
 	queue := flag.Int("queue", 8, "server queue in the load test")
@@ -75,6 +78,7 @@ type figures struct {
 	GenerateTokPerSec []float64   `json:"generate_decode_tok_per_sec"`
 	ServerTokPerSec   []float64   `json:"server_decode_tok_per_sec"`
 	DecodeRatios      []float64   `json:"decode_ratios"`
+	CPURatios         []float64   `json:"decode_cpu_ratios"`
 	GenerateTTFT      []float64   `json:"generate_ttft_seconds"`
 	ServerTTFT        []float64   `json:"server_ttft_seconds"`
 	ReuseTTFT         []float64   `json:"turn5_ttft_reuse_seconds"`
@@ -125,6 +129,7 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 	direct := func(n int) (time.Duration, error) {
 		s := r.NewSession()
 		t0 := time.Now()
+		cpuStart()
 		res, err := s.Generate(context.Background(), prompt, runner.GenOptions{MaxNew: n})
 		if err != nil {
 			return 0, err
@@ -132,12 +137,14 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 		if len(res.Tokens) < n {
 			return 0, fmt.Errorf("generate stopped after %d tokens (%s)", len(res.Tokens), res.StopReason)
 		}
+		cpuStop()
 		return time.Since(t0), nil
 	}
 	viaServer := func(n int) (time.Duration, error) {
 		body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": true,
 			"stream_options": map[string]any{"include_usage": true}})
 		t0 := time.Now()
+		cpuStart()
 		st, err := stream(base+"/v1/completions", body)
 		if err != nil {
 			return 0, err
@@ -145,13 +152,14 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 		if st.completion < n {
 			return 0, fmt.Errorf("the server generated %d tokens", st.completion)
 		}
+		cpuStop()
 		return time.Since(t0), nil
 	}
 	if _, err := direct(2); err != nil { // warm the expert cache
 		return err
 	}
 	for range rounds {
-		var t [4]time.Duration
+		var t, c [4]time.Duration
 		for i, f := range []func() (time.Duration, error){
 			func() (time.Duration, error) { return direct(1) }, func() (time.Duration, error) { return direct(tokens) },
 			func() (time.Duration, error) { return viaServer(1) }, func() (time.Duration, error) { return viaServer(tokens) },
@@ -159,7 +167,9 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 			if t[i], err = f(); err != nil {
 				return err
 			}
+			c[i] = cpuLast
 		}
+		fig.CPURatios = append(fig.CPURatios, (c[1]-c[0]).Seconds()/(c[3]-c[2]).Seconds())
 		g := float64(tokens-1) / (t[1] - t[0]).Seconds()
 		sv := float64(tokens-1) / (t[3] - t[2]).Seconds()
 		fig.GenerateTokPerSec = append(fig.GenerateTokPerSec, g)
@@ -262,6 +272,7 @@ func report(f *figures, tokens, promptLen, clients, queue int) {
 		fmt.Printf("  generate %.2f tok/s, TTFT %.3fs | server %.2f tok/s, TTFT %.3fs | decode ratio %.3fx\n",
 			f.GenerateTokPerSec[i], f.GenerateTTFT[i], f.ServerTokPerSec[i], f.ServerTTFT[i], f.DecodeRatios[i])
 	}
+	fmt.Printf("  CPU time per decoded token, generate / server, per round: %s (median %.3fx)\n", fmtRatios(f.CPURatios), median(f.CPURatios))
 	fmt.Printf("  best: generate %.2f tok/s, server %.2f tok/s: %.3fx (median of rounds %.3fx; goal >= 0.95x); TTFT best %.3fs vs %.3fs\n",
 		best(f.GenerateTokPerSec), best(f.ServerTokPerSec), best(f.ServerTokPerSec)/best(f.GenerateTokPerSec), median(f.DecodeRatios),
 		least(f.GenerateTTFT), least(f.ServerTTFT))
@@ -396,6 +407,30 @@ func rss() int64 {
 		}
 	}
 	return 0
+}
+
+// The process's CPU time (every thread, user and system) over one run: the
+// server's side includes the benchmark's own HTTP client, so its ratio is
+// a bound on the overhead, and other processes' load hardly moves it.
+var cpuAt, cpuLast time.Duration
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func cpuStart() { cpuAt = cpuNow() }
+func cpuStop()  { cpuLast = cpuNow() - cpuAt }
+
+func fmtRatios(x []float64) string {
+	parts := make([]string, len(x))
+	for i, v := range x {
+		parts[i] = fmt.Sprintf("%.3fx", v)
+	}
+	return strings.Join(parts, " ")
 }
 
 func best(x []float64) float64 {
