@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/qpack"
 )
 
@@ -56,6 +57,20 @@ func sourceDirs(o Options) []string {
 	}
 	if o.Source != nil && o.Source.Dir() != "" {
 		dirs = append(dirs, o.Source.Dir())
+	}
+	if o.FromHF != "" && !o.NoCache {
+		// A Hub repo is read from the cache where the cache has it: its
+		// folder there is a source too.
+		root := o.CacheDir
+		if root == "" {
+			root = hfhub.HubCacheDir()
+		}
+		if root != "" {
+			dir := filepath.Join(root, hfhub.RepoFolderName(o.FromHF))
+			if st, err := os.Stat(dir); err == nil && st.IsDir() {
+				dirs = append(dirs, dir)
+			}
+		}
 	}
 	return dirs
 }

@@ -261,3 +261,27 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestOutputInsideHubCache: a Hub repo is read from its folder in the cache,
+// so an output inside that folder is refused; without the folder (nothing
+// cached) or with NoCache there is nothing to protect.
+func TestOutputInsideHubCache(t *testing.T) {
+	cache := t.TempDir()
+	repo := filepath.Join(cache, "models--org--tiny")
+	must(t, os.MkdirAll(filepath.Join(repo, "blobs"), 0o755))
+	out := filepath.Join(repo, "snapshots", "out.qpack")
+	must(t, os.MkdirAll(filepath.Dir(out), 0o755))
+	o := Options{FromHF: "org/tiny", CacheDir: cache}
+	err := checkOutput(out, false, sourceDirs(o)...)
+	if !errors.Is(err, ErrUnsafeOutput) || !strings.Contains(err.Error(), repo) {
+		t.Fatalf("output inside the cached repo: err = %v", err)
+	}
+	o.NoCache = true
+	if err := checkOutput(out, false, sourceDirs(o)...); err != nil {
+		t.Fatalf("NoCache: %v", err)
+	}
+	other := Options{FromHF: "org/other", CacheDir: cache}
+	if err := checkOutput(filepath.Join(cache, "x.qpack"), false, sourceDirs(other)...); err != nil {
+		t.Fatalf("nothing cached: %v", err)
+	}
+}
