@@ -159,7 +159,8 @@ func TestHTTPLoading(t *testing.T) {
 // in the log.
 func TestHTTPAuth(t *testing.T) {
 	var log strings.Builder
-	_, ts := newTiny(t, Config{APIKey: "k-123", Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &log}, &slog.HandlerOptions{Level: slog.LevelDebug}))}, 0)
+	lw := &lockedWriter{w: &log}
+	_, ts := newTiny(t, Config{APIKey: "k-123", Logger: slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug}))}, 0)
 	for _, h := range [][]string{nil, {"Authorization", "Bearer nope"}, {"Authorization", "k-123"}, {"Authorization", "Bearer k-1234"}} {
 		res, data := post(t, ts.URL+"/v1/chat/completions", `{`+hi+`}`, h...)
 		wantError(t, res, data, http.StatusUnauthorized, "")
@@ -171,6 +172,8 @@ func TestHTTPAuth(t *testing.T) {
 	if r, err := http.Get(ts.URL + "/health"); err != nil || r.StatusCode != 200 {
 		t.Fatal(r, err)
 	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
 	if !strings.Contains(log.String(), "status=401") {
 		t.Fatalf("no request log: %s", log.String())
 	}

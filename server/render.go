@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -41,6 +42,9 @@ func (s *Server) render(in *chatInput) prompt {
 			s.log.Warn("chat template failed; using ChatML", "template", tmpl.Name(), "err", err)
 			text = chattmpl.ChatML(in.msgs, opts)
 		}
+	}
+	if len(in.tools) > 0 && !strings.Contains(text, toolName(in.tools[0])) {
+		s.log.Warn("the chat template does not render tools: the model will not see them", "tools", len(in.tools))
 	}
 	p := prompt{text: text, inThink: strings.HasSuffix(strings.TrimRight(text, " \n"), thinkOpen)}
 	if in.choice.mode == "required" || in.choice.mode == "function" {
@@ -83,4 +87,15 @@ func hoistSystem(msgs []chattmpl.Message) ([]chattmpl.Message, bool) {
 		return msgs, false
 	}
 	return slices.Insert(rest, 0, chattmpl.Message{Role: "system", Content: strings.Join(sys, "\n\n")}), true
+}
+
+// toolName is the function name in a tool definition made by toolJSON.
+func toolName(raw []byte) string {
+	var t struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	json.Unmarshal(raw, &t)
+	return t.Function.Name
 }
