@@ -18,6 +18,7 @@ import (
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/chattmpl"
 	"github.com/qpack-go/qpack/runtime/expertcache"
+	_ "github.com/qpack-go/qpack/runtime/models/all" // the architectures it loads
 	"github.com/qpack-go/qpack/runtime/sample"
 	"github.com/qpack-go/qpack/runtime/tokenizer"
 )
