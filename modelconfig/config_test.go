@@ -2,7 +2,6 @@ package modelconfig
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -96,19 +95,6 @@ func TestRealConfigs(t *testing.T) {
 				t.Fatalf("%s: shared expert %+v", tc.file, p)
 			}
 		}
-	}
-}
-
-// Gemma 4 is not registered yet: its real config is refused by name, with
-// the supported list.
-func TestGemmaNotYet(t *testing.T) {
-	data, err := os.ReadFile("testdata/configs/gemma-4-26b-a4b-it-4bit.MLX.RECONSTRUCTED.config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Parse(data, "config.json")
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `model_type: "gemma4" is not supported (supported: qwen3_5_moe, qwen3_next)`) {
-		t.Fatalf("err = %v", err)
 	}
 }
 

@@ -29,6 +29,11 @@
 //	qwen3_5_moe   qwen3_5_moe (nested or flat),            qwen3_5_moe_text (transformers),
 //	              qwen3_5 with num_experts (mlx-lm),       qwen3_5 (mlx-lm), qwen3_5_text,
 //	              qwen3_5_moe_text (a bare text model)     qwen3_5_moe
+//	gemma4        gemma4 (nested), gemma4_text (bare)       gemma4_text
+//
+// gemma4 keeps its own fields (sliding window, full-layer head dim and KV
+// heads, k_eq_v, proportional RoPE, logit softcap) in a *Gemma4 in
+// Config.Extra; see gemma4.go.
 //
 // # Layout
 //

@@ -3,6 +3,7 @@ package modelconfig
 import (
 	"os"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -35,8 +36,11 @@ func FuzzParse(f *testing.F) {
 		if c.TopK < 1 || c.TopK > c.Experts || c.Experts > MaxExperts || c.MoEIntermediate < 1 {
 			bad("bad experts")
 		}
-		if c.LinKeyHeads < 1 || c.LinValueHeads%c.LinKeyHeads != 0 || c.ConvKernel < 1 || c.ConvKernel > MaxConvWidth {
+		if slices.Contains(c.FullAttention, false) && (c.LinKeyHeads < 1 || c.LinValueHeads%c.LinKeyHeads != 0 || c.ConvKernel < 1 || c.ConvKernel > MaxConvWidth) {
 			bad("bad linear attention dims")
+		}
+		if g, ok := c.Extra.(*Gemma4); ok && !gemma4Consistent(c, g) {
+			bad("inconsistent gemma4 fields")
 		}
 		if c.Quant.Present {
 			for _, p := range append([]QuantParams{c.Quant.Global}, values(c.Quant.Overrides)...) {

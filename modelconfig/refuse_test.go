@@ -22,7 +22,7 @@ func TestRefused(t *testing.T) {
 		want        string // in the message, with the field
 		unsupported bool
 	}{
-		{"llama", next, func(m map[string]any) { m["model_type"] = "llama" }, `model_type: "llama" is not supported (supported: qwen3_5_moe, qwen3_next)`, true},
+		{"llama", next, func(m map[string]any) { m["model_type"] = "llama" }, `model_type: "llama" is not supported (supported: gemma4, qwen3_5_moe, qwen3_next)`, true},
 		{"dense qwen3", next, func(m map[string]any) { m["model_type"] = "qwen3" }, `model_type: "qwen3" is not supported`, true},
 		{"qwen3_moe", next, func(m map[string]any) { m["model_type"] = "qwen3_moe" }, `"qwen3_moe" is not supported`, true},
 		{"dense qwen3_5", moe, func(m map[string]any) { m["model_type"] = "qwen3_5"; delete(text(m), "num_experts") }, `a dense Qwen3.5`, true},

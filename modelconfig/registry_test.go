@@ -45,7 +45,7 @@ func TestRegisterAnotherArchitecture(t *testing.T) {
 	if _, err := r.Parse(readJSONBytes(t, tinyMoE), "config.json"); err != nil {
 		t.Fatalf("qwen in the extended registry: %v", err)
 	}
-	if got := r.Supported(); !slices.Equal(got, []string{"qwen3_5_moe", "qwen3_next", "toy_moe"}) {
+	if got := r.Supported(); !slices.Equal(got, []string{"gemma4", "qwen3_5_moe", "qwen3_next", "toy_moe"}) {
 		t.Fatalf("supported %v", got)
 	}
 	if got := Supported(); slices.Contains(got, "toy_moe") {

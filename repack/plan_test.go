@@ -463,7 +463,7 @@ func TestParseConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ from, to, want string }{
-		{`"model_type": "qwen3_next"`, `"model_type": "llama"`, `model_type: "llama" is not supported (supported: qwen3_5_moe, qwen3_next)`},
+		{`"model_type": "qwen3_next"`, `"model_type": "llama"`, `model_type: "llama" is not supported (supported: gemma4, qwen3_5_moe, qwen3_next)`},
 		{`"num_experts_per_tok": 2`, `"num_experts_per_tok": 9`, "num_experts_per_tok: 9 is more than num_experts 8"},
 		{`"num_hidden_layers": 8`, `"num_hidden_layers": -8`, "num_hidden_layers: -8 is below the minimum 1"},
 		{`"hidden_size": 64`, `"hidden_size": 1e12`, "hidden_size: 1000000000000 is above the limit"},

@@ -106,7 +106,7 @@ var refusals = []struct {
 	edit func(cfg map[string]any)
 	want string
 }{
-	{"llama", func(c map[string]any) { c["model_type"] = "llama" }, `config.json: model_type: "llama" is not supported (supported: qwen3_5_moe, qwen3_next)`},
+	{"llama", func(c map[string]any) { c["model_type"] = "llama" }, `config.json: model_type: "llama" is not supported (supported: gemma4, qwen3_5_moe, qwen3_next)`},
 	{"top-k above experts", func(c map[string]any) { c["text_config"].(map[string]any)["num_experts_per_tok"] = 9 },
 		"config.json: text_config.num_experts_per_tok: 9 is more than num_experts 8"},
 	{"absurd dim", func(c map[string]any) { c["text_config"].(map[string]any)["hidden_size"] = 1 << 40 },

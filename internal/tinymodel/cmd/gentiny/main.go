@@ -34,27 +34,35 @@ func run(out, only string) error {
 	if only != "" {
 		want = strings.Split(only, ",")
 	}
-	known := map[string]bool{}
+	// Every variant, Qwen and Gemma 4, as a name and a generator call.
+	type variant struct {
+		name string
+		gen  func(dir string) error
+	}
+	var all []variant
 	for _, v := range tinymodel.Variants() {
-		known[v.Name] = true
+		all = append(all, variant{v.Name, func(dir string) error { return tinymodel.Generate(dir, v.Spec) }})
+	}
+	for _, v := range tinymodel.Gemma4Variants() {
+		all = append(all, variant{v.Name, func(dir string) error { return tinymodel.GenerateGemma4(dir, v.Spec) }})
 	}
 	for _, w := range want {
-		if !known[w] {
+		if !slices.ContainsFunc(all, func(v variant) bool { return v.name == w }) {
 			return fmt.Errorf("unknown variant %q", w)
 		}
 	}
-	for _, v := range tinymodel.Variants() {
-		if want != nil && !slices.Contains(want, v.Name) {
+	for _, v := range all {
+		if want != nil && !slices.Contains(want, v.name) {
 			continue
 		}
-		dir := filepath.Join(out, v.Name)
+		dir := filepath.Join(out, v.name)
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		if err := tinymodel.Generate(dir, v.Spec); err != nil {
-			return fmt.Errorf("%s: %w", v.Name, err)
+		if err := v.gen(dir); err != nil {
+			return fmt.Errorf("%s: %w", v.name, err)
 		}
-		slog.Info("generated", "variant", v.Name, "dir", dir)
+		slog.Info("generated", "variant", v.name, "dir", dir)
 	}
 	return nil
 }
