@@ -29,19 +29,19 @@ func NewRoPE(rotaryDim int, theta float64) *RoPE {
 
 // NewProportionalRoPE is transformers' "proportional" rotary embedding
 // (Gemma 4's full-attention layers): pairs (d, d + headDim/2) over the
-// whole head, of which the first int(partial·headDim/2) rotate with
-// inverse frequency theta^(−2d/headDim) / factor (the exponent over the
-// full head dim); the others are the identity.
-func NewProportionalRoPE(headDim int, partial, theta, factor float64) *RoPE {
+// whole head, of which the first `pairs` (int(partial_rotary_factor ·
+// headDim / 2)) rotate with inverse frequency theta^(−2d/headDim) / factor
+// (the exponent over the full head dim); the others are the identity.
+func NewProportionalRoPE(headDim, pairs int, theta, factor float64) *RoPE {
 	half := headDim / 2
-	n := min(int(partial*float64(headDim)/2), half)
+	n := max(min(pairs, half), 0)
 	if factor == 0 {
 		factor = 1
 	}
 	r := &RoPE{Half: half, InvFreq: make([]float32, n)}
 	for i := range n {
 		exp := float32(2*i) / float32(headDim)
-		r.InvFreq[i] = float32(1/math.Pow(theta, float64(exp))) / float32(factor)
+		r.InvFreq[i] = float32(1 / math.Pow(theta, float64(exp)) / factor)
 	}
 	return r
 }

@@ -5,5 +5,6 @@
 package all
 
 import (
+	_ "github.com/qpack-go/qpack/runtime/models/gemma4"    // gemma4, gemma4_text
 	_ "github.com/qpack-go/qpack/runtime/models/qwen3next" // qwen3_next, qwen3_5_moe
 )
