@@ -2,6 +2,7 @@ package qwen3next
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/qpack-go/qpack/runtime"
@@ -183,7 +184,7 @@ func buildDeltaNet(b *runtime.Weights, p string) (*deltaNet, error) {
 	// MLX stores the depthwise conv as [C, K, 1]; transformers as [C, 1, K],
 	// with norms not yet shifted to 1+w, which this runner does not undo.
 	convName := p + "conv1d.weight"
-	if _, shape, ok := b.Info(convName); ok && sameShape(shape, []int64{int64(C), 1, int64(c.ConvKernel)}) && c.ConvKernel != 1 {
+	if _, shape, ok := b.Info(convName); ok && slices.Equal(shape, []int64{int64(C), 1, int64(c.ConvKernel)}) && c.ConvKernel != 1 {
 		return nil, fmt.Errorf("tensor %s: shape %s is the transformers layout; convert the checkpoint with mlx-lm first (MLX layout is [%d, %d, 1])",
 			convName, runtime.ShapeString(shape), C, c.ConvKernel)
 	}
@@ -208,18 +209,6 @@ func buildDeltaNet(b *runtime.Weights, p string) (*deltaNet, error) {
 		return nil, err
 	}
 	return d, nil
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // fusedPermutation maps the qwen3_next fused projections onto the
