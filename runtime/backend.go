@@ -1,9 +1,10 @@
 package runtime
 
-import "github.com/qpack-go/qpack/runtime/mlxq"
+import "github.com/qpack-go/qpack/runtime/nn"
 
 // Backend is the seam between the model graph and the hardware that runs
-// its heavy arithmetic. The graph (this package) owns the control flow, the
+// its heavy arithmetic (the interface is nn.Backend, where the
+// architectures' blocks call it). The graph (an architecture package) owns the control flow, the
 // decode state and the small sequential parts (the causal conv, the DeltaNet
 // recurrence, attention over the cache, routing); a backend owns the
 // operations that dominate the cost of a layer. CPU is the implementation in
@@ -24,15 +25,7 @@ import "github.com/qpack-go/qpack/runtime/mlxq"
 //   - Results must not depend on n beyond float round-off, and must be
 //     deterministic: the same inputs give the same bits.
 //   - Methods may be called from one goroutine at a time per Model.
-type Backend interface {
-	// MatMul computes y[i] = W·x[i] for each of the n rows (n = 1 is a
-	// matrix-vector product).
-	MatMul(w mlxq.Matrix, y, x []float32, n int)
-	// RMSNorm writes x/sqrt(mean(x²)+eps)·w for each row of len(w).
-	RMSNorm(y, x, w []float32, eps float32)
-	// SwiGLU writes silu(gate)·up element-wise.
-	SwiGLU(y, gate, up []float32)
-}
+type Backend = nn.Backend
 
 // Allocator is implemented by a backend whose device reads host memory it
 // hands out in place (package metal: page-aligned memory shared with the
@@ -53,15 +46,4 @@ type Allocator interface {
 
 // CPU is the pure-Go backend: products on the packed MLX data through mlxq
 // (which splits large products by rows over GOMAXPROCS goroutines).
-type CPU struct{}
-
-// MatMul implements Backend.
-func (CPU) MatMul(w mlxq.Matrix, y, x []float32, n int) {
-	w.MatMul(y[:n*w.Rows], x[:n*w.Cols], n)
-}
-
-// RMSNorm implements Backend.
-func (CPU) RMSNorm(y, x, w []float32, eps float32) { rmsNormRows(y, x, w, eps) }
-
-// SwiGLU implements Backend.
-func (CPU) SwiGLU(y, gate, up []float32) { swiGLU(y, gate, up) }
+type CPU = nn.CPU

@@ -1,5 +1,11 @@
-// Package runtime is the model runner: the qwen3_next / qwen3_5_moe graph on
-// MLX-quantized weights, decode state, the expert cache, tokenizer and sampler.
-// It reads containers and checkpoints and knows nothing of HTTP, repacking or
-// verification. It defines the backend interface that package metal implements.
+// Package runtime is the model runner's model-neutral core: Model, decode
+// State and its Snapshots, ForwardOptions, the loaders of .qpack containers
+// and MLX checkpoints (dense weights through Weights, routed experts
+// through an ExpertSource), and the registry of architectures. Each
+// architecture is a package under runtime/models that registers itself
+// (runtime/models/all imports them all); the blocks they are written with
+// are in runtime/nn. It reads containers and checkpoints and knows nothing
+// of HTTP, repacking or verification. It defines the backend interface
+// that package metal implements. docs/ARCHITECTURES.md explains how to add
+// an architecture.
 package runtime

@@ -9,24 +9,14 @@ import (
 	"sync"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
 )
 
-// ExpertWeights is one routed expert of one layer: three matrices (gate and
-// up [I, H], down [H, I]) that are views into a byte buffer the source owns.
-type ExpertWeights struct {
-	Layer, Expert  int
-	Gate, Up, Down mlxq.Matrix
-	Buf            []byte // the bytes the matrices point into
-}
+// ExpertWeights is one routed expert of one layer (see nn.ExpertWeights).
+type ExpertWeights = nn.ExpertWeights
 
-// ExpertSource hands out routed experts. The forward pass asks for each
-// expert it needs once per layer and chunk, computes with it, and releases
-// it; the matrices must stay valid until Release. Implementations must be
-// safe for concurrent use.
-type ExpertSource interface {
-	Expert(layer, expert int) (*ExpertWeights, error)
-	Release(w *ExpertWeights)
-}
+// ExpertSource hands out routed experts (see nn.ExpertSource).
+type ExpertSource = nn.ExpertSource
 
 // Projection and part names of the expert tensors, in section order (the
 // same as the .qpack layout's).
@@ -92,7 +82,7 @@ func newExpertSpec(cfg *Config, module string, sec [3][3]sectionInfo, size int64
 			ps.ftype, _ = mlxq.FloatFromDType(sc.dtype)
 		} else {
 			if !sameShape(w.shape, []int64{int64(ps.rows), int64(ps.cols)}) {
-				return nil, fmt.Errorf("expert tensor %s: per-expert shape %s, want [%d, %d]", wname, shapeString(w.shape), ps.rows, ps.cols)
+				return nil, fmt.Errorf("expert tensor %s: per-expert shape %s, want [%d, %d]", wname, ShapeString(w.shape), ps.rows, ps.cols)
 			}
 			f, err := mlxq.FloatFromDType(w.dtype)
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 
 	"github.com/qpack-go/qpack/qpack"
@@ -26,6 +27,30 @@ type LoadOptions struct {
 	// freed by Model.Close) and the expert cache's buffers. Nil: the
 	// backend's, if it implements Allocator; else the Go heap.
 	Alloc Allocator
+	// Experts, if set, makes the model's expert source instead of the
+	// loader's simple cache (ExpertCacheBytes is then unused): it is called
+	// once, after the dense weights are in memory, with where the experts
+	// lie on disk and the model so far (its Experts still nil). An error
+	// fails the load. The source is the caller's to close.
+	Experts func(blobs *ExpertBlobs, m *Model) (ExpertSource, error)
+}
+
+// experts gives m its expert source: opt.Experts' if set, else cache.
+func (o *LoadOptions) experts(m *Model, cache *ExpertCache) error {
+	if o == nil || o.Experts == nil {
+		m.Experts = cache
+		return nil
+	}
+	blobs, _ := cache.Blobs()
+	src, err := o.Experts(blobs, m)
+	if err != nil {
+		return err
+	}
+	if src == nil {
+		return fmt.Errorf("LoadOptions.Experts returned no expert source")
+	}
+	m.Experts = src
+	return nil
 }
 
 func (o *LoadOptions) cacheBytes() int64 {
@@ -163,16 +188,32 @@ func LoadCheckpoint(dir string, opt *LoadOptions) (m *Model, err error) {
 		}
 		return files[s.Name], s.Path, t, true
 	}
-	r, err := newCheckpointExperts(cfg, lookup)
+	arch, err := Lookup(cfg.ModelType)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	r, err := newCheckpointExperts(cfg, arch, lookup)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return finishLoad(dir, cfg, r, fileTensors{lookup}, opt, cl, func(c closers) { cl = c })
+}
+
+// finishLoad builds the model over its dense tensors and gives it its
+// expert source; on error the caller closes cl, which it learns through
+// set (the files, then the cache's buffers).
+func finishLoad(dir string, cfg *Config, r expertReader, src TensorSource, opt *LoadOptions, cl closers, set func(closers)) (*Model, error) {
 	al := opt.allocator()
 	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
 	cache.alloc = al
 	cl = append(cl, closerFunc(cache.freeBuffers))
-	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend(), al)
+	set(cl)
+	m, err := build(cfg, src, nil, opt.backend(), al)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if err := opt.experts(m, cache); err != nil {
+		m.Close() // the arena; the caller closes cl
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	m.closer = cl
@@ -196,14 +237,14 @@ type stackedTensor struct {
 	size int64 // bytes per expert
 }
 
-func newCheckpointExperts(cfg *Config, lookup func(string) (io.ReaderAt, string, safetensors.Tensor, bool)) (*checkpointExperts, error) {
+func newCheckpointExperts(cfg *Config, arch *Arch, lookup func(string) (io.ReaderAt, string, safetensors.Tensor, bool)) (*checkpointExperts, error) {
 	ce := &checkpointExperts{specs: make([]*expertSpec, cfg.Layers), src: make([][3][3]stackedTensor, cfg.Layers)}
 	E := int64(cfg.Experts)
 	for l := 0; l < cfg.Layers; l++ {
 		if !cfg.Sparse[l] {
 			continue
 		}
-		module := fmt.Sprintf("%slayers.%d.mlp.switch_mlp", cfg.Prefix, l)
+		module := arch.ExpertModule(cfg, l)
 		var sec [3][3]sectionInfo
 		var off int64
 		for pi, proj := range expertProjs {
@@ -212,7 +253,7 @@ func newCheckpointExperts(cfg *Config, lookup func(string) (io.ReaderAt, string,
 				r, file, t, ok := lookup(name)
 				if !ok {
 					if qi == 0 {
-						if _, _, _, per := lookup(fmt.Sprintf("%slayers.%d.mlp.experts.0.%s.weight", cfg.Prefix, l, proj)); per {
+						if _, _, _, per := lookup(perExpertName(module, proj)); per {
 							return nil, fmt.Errorf("tensor %s missing: the checkpoint stores experts one by one (transformers layout); convert it with mlx-lm first", name)
 						}
 						return nil, fmt.Errorf("tensor %s missing", name)
@@ -220,7 +261,7 @@ func newCheckpointExperts(cfg *Config, lookup func(string) (io.ReaderAt, string,
 					continue
 				}
 				if len(t.Shape) < 2 || t.Shape[0] != E {
-					return nil, fmt.Errorf("tensor %s: shape %s, want [%d, ...] (stacked experts)", name, shapeString(t.Shape), E)
+					return nil, fmt.Errorf("tensor %s: shape %s, want [%d, ...] (stacked experts)", name, ShapeString(t.Shape), E)
 				}
 				if t.Size%E != 0 {
 					return nil, fmt.Errorf("tensor %s: %d bytes do not split into %d experts", name, t.Size, E)
@@ -238,6 +279,16 @@ func newCheckpointExperts(cfg *Config, lookup func(string) (io.ReaderAt, string,
 		ce.specs[l] = spec
 	}
 	return ce, nil
+}
+
+// perExpertName is where transformers' one-by-one layout would put expert
+// 0's proj weight, for module's stacked experts ("….mlp.switch_mlp" →
+// "….mlp.experts.0.gate_proj.weight").
+func perExpertName(module, proj string) string {
+	if i := strings.LastIndexByte(module, '.'); i >= 0 {
+		module = module[:i]
+	}
+	return module + ".experts.0." + proj + ".weight"
 }
 
 func (ce *checkpointExperts) spec(l int) *expertSpec { return ce.specs[l] }
@@ -291,20 +342,15 @@ func LoadContainer(dir string, opt *LoadOptions) (m *Model, err error) {
 		t, ok := dense.Tensor(name)
 		return f, f.Name(), t, ok
 	}
-	r, err := newContainerExperts(cfg, c)
+	arch, err := Lookup(cfg.ModelType)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	al := opt.allocator()
-	cache := newExpertCache(r, cfg.Layers, cfg.Experts, opt.cacheBytes(), nil)
-	cache.alloc = al
-	cl = append(cl, closerFunc(cache.freeBuffers))
-	m, err = build(cfg, fileTensors{lookup}, cache, opt.backend(), al)
+	r, err := newContainerExperts(cfg, arch, c)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	m.closer = cl
-	return m, nil
+	return finishLoad(dir, cfg, r, fileTensors{lookup}, opt, cl, func(c closers) { cl = c })
 }
 
 // containerExperts reads whole expert blobs from a .qpack container.
@@ -314,7 +360,7 @@ type containerExperts struct {
 	n     atomic.Int64
 }
 
-func newContainerExperts(cfg *Config, c *qpack.Container) (*containerExperts, error) {
+func newContainerExperts(cfg *Config, arch *Arch, c *qpack.Container) (*containerExperts, error) {
 	lay := c.Layout
 	if lay.LayerCount != cfg.Layers {
 		return nil, fmt.Errorf("packed_experts/layout.json: %d layers, config.json has %d", lay.LayerCount, cfg.Layers)
@@ -347,7 +393,7 @@ func newContainerExperts(cfg *Config, c *qpack.Container) (*containerExperts, er
 		if !cfg.Sparse[l] {
 			continue
 		}
-		module := fmt.Sprintf("%slayers.%d.mlp.switch_mlp", cfg.Prefix, l)
+		module := arch.ExpertModule(cfg, l)
 		spec, err := newExpertSpec(cfg, module, sec, lay.ExpertStride)
 		if err != nil {
 			return nil, fmt.Errorf("packed_experts/layout.json: %w", err)

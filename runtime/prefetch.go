@@ -1,24 +1,12 @@
 package runtime
 
-// ExpertPrefetcher is an optional extension of ExpertSource. Before the
-// forward pass requests the routed experts of a layer for a chunk, it calls
-// Prefetch once with all of them (ascending, each once: the union of the
-// chunk's routed experts); it then computes the shared expert and only then
-// calls Expert for each of them in the same order. A source can start its
-// reads in Prefetch so that they overlap the shared-expert compute. Prefetch
-// must not block on I/O; errors surface from Expert.
-type ExpertPrefetcher interface {
-	Prefetch(layer int, experts []int)
-}
+import "github.com/qpack-go/qpack/runtime/nn"
 
-// ExpertSpeculator is an optional extension of ExpertPrefetcher. When the
-// forward pass is asked to speculate (ForwardOptions.Speculate), it calls
-// Speculate(l, guess) before layer l's attention or DeltaNet mixer, with
-// the experts that layer l's router picks from the hidden state entering
-// the layer, most likely first: a guess at the Prefetch that follows the
-// mixer. A source can start reading them so that the reads overlap the
-// mixer. It is a hint: it must not block on I/O, must not change what
-// Expert returns, and the next Prefetch supersedes it.
-type ExpertSpeculator interface {
-	Speculate(layer int, experts []int)
-}
+// ExpertPrefetcher is an optional extension of ExpertSource: the forward
+// pass announces each layer's experts for a chunk before reading them (see
+// nn.ExpertPrefetcher for the protocol).
+type ExpertPrefetcher = nn.ExpertPrefetcher
+
+// ExpertSpeculator is an optional extension of ExpertPrefetcher: guesses
+// at a layer's experts before its mixer runs (see nn.ExpertSpeculator).
+type ExpertSpeculator = nn.ExpertSpeculator

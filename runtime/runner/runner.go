@@ -18,6 +18,7 @@ import (
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/chattmpl"
 	"github.com/qpack-go/qpack/runtime/expertcache"
+	_ "github.com/qpack-go/qpack/runtime/models/all" // the architectures it loads
 	"github.com/qpack-go/qpack/runtime/sample"
 	"github.com/qpack-go/qpack/runtime/tokenizer"
 )
@@ -113,62 +114,59 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	var before goruntime.MemStats
 	debug.FreeOSMemory()
 	goruntime.ReadMemStats(&before)
-	// The loader's own cache keeps nothing: the expert cache replaces it.
+	// The loader hands the experts' files to the expert cache, made once
+	// the dense weights are in memory (their size sets its default budget).
 	// A backend that is an Allocator gets the dense weights (Load uses it).
-	m, err := runtime.Load(dir, &runtime.LoadOptions{ExpertCacheBytes: -1, Backend: opt.Backend})
-	if err != nil {
-		return nil, WrapLoadError(dir, err)
-	}
-	defer func() {
+	var (
+		cache *expertcache.Cache
+		dense int64
+	)
+	makeCache := func(blobs *runtime.ExpertBlobs, m *runtime.Model) (runtime.ExpertSource, error) {
+		var after goruntime.MemStats
+		debug.FreeOSMemory()
+		goruntime.ReadMemStats(&after)
+		dense = max(int64(after.HeapAlloc)-int64(before.HeapAlloc), 0)
+		if blobs == nil {
+			return nil, fmt.Errorf("experts are not backed by files")
+		}
+		if opt.IO == expertcache.Direct {
+			if why := directFallback(blobs); why != "" {
+				log.Warn("direct I/O requested, but expert reads will go through the page cache (buffered)", "model", dir, "why", why)
+			}
+		}
+		var all int64
+		for l := range blobs.Layers() {
+			all += blobs.BufSize(l) * int64(blobs.Experts())
+		}
+		budget := opt.ExpertCache
+		if budget <= 0 {
+			budget = expertcache.DefaultBudget(dense+m.ArenaBytes(), all)
+		}
+		copt := expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, SpecReads: opt.SpecReads, Verify: opt.VerifyExpert}
+		if al, ok := opt.Backend.(runtime.Allocator); ok {
+			copt.Alloc = func(n int64) ([]byte, error) {
+				if n > math.MaxInt {
+					return nil, fmt.Errorf("%d bytes do not fit this platform's address space", n)
+				}
+				return al.Alloc(int(n))
+			}
+			copt.Free = func(b []byte) {
+				if err := al.Free(b); err != nil {
+					log.Error("freeing an expert cache slot", "err", err)
+				}
+			}
+		}
+		var err error
+		cache, err = expertcache.New(blobs, copt)
 		if err != nil {
-			m.Close()
+			return nil, err
 		}
-	}()
-	var after goruntime.MemStats
-	debug.FreeOSMemory()
-	goruntime.ReadMemStats(&after)
-	dense := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-
-	simple, ok := m.Experts.(*runtime.ExpertCache)
-	if !ok {
-		return nil, fmt.Errorf("%s: the loader gave an expert source of type %T, not a file-backed one", dir, m.Experts)
+		return cache, nil
 	}
-	blobs, ok := simple.Blobs()
-	if !ok {
-		return nil, fmt.Errorf("%s: experts are not backed by files", dir)
-	}
-	if opt.IO == expertcache.Direct {
-		if why := directFallback(blobs); why != "" {
-			log.Warn("direct I/O requested, but expert reads will go through the page cache (buffered)", "model", dir, "why", why)
-		}
-	}
-	var all int64
-	for l := range blobs.Layers() {
-		all += blobs.BufSize(l) * int64(blobs.Experts())
-	}
-	budget := opt.ExpertCache
-	if budget <= 0 {
-		budget = expertcache.DefaultBudget(max(dense, 0)+m.ArenaBytes(), all)
-	}
-	copt := expertcache.Options{Budget: budget, IO: opt.IO, Readers: opt.Readers, SpecReads: opt.SpecReads, Verify: opt.VerifyExpert}
-	if al, ok := opt.Backend.(runtime.Allocator); ok {
-		copt.Alloc = func(n int64) ([]byte, error) {
-			if n > math.MaxInt {
-				return nil, fmt.Errorf("%d bytes do not fit this platform's address space", n)
-			}
-			return al.Alloc(int(n))
-		}
-		copt.Free = func(b []byte) {
-			if err := al.Free(b); err != nil {
-				log.Error("freeing an expert cache slot", "err", err)
-			}
-		}
-	}
-	cache, err := expertcache.New(blobs, copt)
+	m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: opt.Backend, Experts: makeCache})
 	if err != nil {
 		return nil, WrapLoadError(dir, err)
 	}
-	m.Experts = cache
 	chunk := opt.PrefillChunk
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
+	_ "github.com/qpack-go/qpack/runtime/models/all" // the architectures it loads
 )
 
 // Dims are the text-model dimensions of a synthetic model.

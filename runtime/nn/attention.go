@@ -1,0 +1,163 @@
+package nn
+
+// KVCache is the key/value cache of one attention layer. With Window 0 it
+// keeps every position; with Window W > 0 (a sliding-window layer) it keeps
+// only the last W positions, in a ring buffer of W slots. K and V widths
+// (floats per position: KV heads × head dim) may differ.
+type KVCache struct {
+	KWidth, VWidth int
+	Window         int
+	k, v           []float32 // full: [n][width]; ring: [Window][width], position p in slot p % Window
+	n              int       // positions seen
+}
+
+// NewKVCache returns an empty cache.
+func NewKVCache(kWidth, vWidth, window int) *KVCache {
+	return &KVCache{KWidth: kWidth, VWidth: vWidth, Window: window}
+}
+
+// Len is the number of positions the cache has seen.
+func (c *KVCache) Len() int { return c.n }
+
+// Reset implements LayerState.
+func (c *KVCache) Reset() {
+	c.n = 0
+	if c.Window == 0 {
+		c.k, c.v = c.k[:0], c.v[:0]
+	}
+}
+
+// Clone implements LayerState.
+func (c *KVCache) Clone() LayerState {
+	d := *c
+	d.k, d.v = CloneF32(c.k), CloneF32(c.v)
+	return &d
+}
+
+// Restore implements LayerState.
+func (c *KVCache) Restore(from LayerState) bool {
+	f, ok := from.(*KVCache)
+	if !ok || f.KWidth != c.KWidth || f.VWidth != c.VWidth || f.Window != c.Window {
+		return false
+	}
+	c.k = append(c.k[:0], f.k...)
+	c.v = append(c.v[:0], f.v...)
+	c.n = f.n
+	return true
+}
+
+// Bytes implements LayerState.
+func (c *KVCache) Bytes() int64 { return 4 * int64(len(c.k)+len(c.v)) }
+
+// AttnDims shapes one attention call.
+type AttnDims struct {
+	Heads, KVHeads, HeadDim int
+	// QStride is the distance in floats between two heads' queries in a Q
+	// row (HeadDim, or more when the projection interleaves a gate); a Q
+	// row is Heads·QStride floats.
+	QStride int
+	// VDim is the value head dim (0: HeadDim).
+	VDim  int
+	Scale float32 // applied to q·k
+}
+
+// Attend runs causal attention for a chunk of T tokens at positions
+// Len()..Len()+T-1: it adds their keys K [T, KWidth] and values V [T,
+// VWidth] to the cache and writes O [T, Heads·VDim], each token attending
+// to every earlier position and itself (only the last Window of them on a
+// sliding-window cache), keys in position order. Query heads share KV
+// heads in groups of Heads/KVHeads.
+func (c *KVCache) Attend(O, Q, K, V []float32, T int, d AttnDims) {
+	if c.Window == 0 {
+		c.attendFull(O, Q, K, V, T, d)
+		return
+	}
+	c.attendWindow(O, Q, K, V, T, d)
+}
+
+func (c *KVCache) attendFull(O, Q, K, V []float32, T int, d AttnDims) {
+	pos := c.n
+	c.k = append(c.k, K[:T*c.KWidth]...)
+	c.v = append(c.v, V[:T*c.VWidth]...)
+	c.n += T
+	kc, vc := c.k, c.v
+	Nh, hd, kw, vw := d.Heads, d.HeadDim, c.KWidth, c.VWidth
+	vd := d.vdim()
+	qw := Nh * d.QStride
+	scores := make([]float32, pos+T)
+	group := Nh / d.KVHeads
+	for t := range T {
+		n := pos + t + 1
+		for h := range Nh {
+			g := h / group
+			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
+			s := scores[:n]
+			for j := range n {
+				s[j] = Dot(q, kc[j*kw+g*hd:j*kw+(g+1)*hd]) * d.Scale
+			}
+			Softmax(s)
+			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
+			for j, p := range s {
+				Axpy(o, p, vc[j*vw+g*vd:j*vw+(g+1)*vd])
+			}
+		}
+	}
+}
+
+func (c *KVCache) attendWindow(O, Q, K, V []float32, T int, d AttnDims) {
+	W := c.Window
+	if c.k == nil {
+		c.k = make([]float32, W*c.KWidth)
+		c.v = make([]float32, W*c.VWidth)
+	}
+	pos := c.n
+	Nh, hd, kw, vw := d.Heads, d.HeadDim, c.KWidth, c.VWidth
+	vd := d.vdim()
+	qw := Nh * d.QStride
+	// Position j's key and value: from the chunk if it is in it, else from
+	// its ring slot (the chunk's keys go into the ring only afterwards, so
+	// a chunk longer than the window reads none it overwrote).
+	key := func(j int) ([]float32, []float32) {
+		if j >= pos {
+			i := j - pos
+			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
+		}
+		s := j % W
+		return c.k[s*kw : (s+1)*kw], c.v[s*vw : (s+1)*vw]
+	}
+	scores := make([]float32, W)
+	group := Nh / d.KVHeads
+	for t := range T {
+		p := pos + t
+		lo := max(0, p-W+1)
+		n := p - lo + 1
+		for h := range Nh {
+			g := h / group
+			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
+			s := scores[:n]
+			for j := range n {
+				k, _ := key(lo + j)
+				s[j] = Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
+			}
+			Softmax(s)
+			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
+			for j, pr := range s {
+				_, v := key(lo + j)
+				Axpy(o, pr, v[g*vd:(g+1)*vd])
+			}
+		}
+	}
+	for i := max(0, T-W); i < T; i++ {
+		s := (pos + i) % W
+		copy(c.k[s*kw:(s+1)*kw], K[i*kw:(i+1)*kw])
+		copy(c.v[s*vw:(s+1)*vw], V[i*vw:(i+1)*vw])
+	}
+	c.n += T
+}
+
+func (d AttnDims) vdim() int {
+	if d.VDim > 0 {
+		return d.VDim
+	}
+	return d.HeadDim
+}

@@ -1,0 +1,176 @@
+package nn
+
+import "fmt"
+
+// Routing is the experts a chunk of T tokens chose: for token t, slots
+// t·K .. t·K+K-1 of Sel hold its experts in its own order and Wts their
+// weights.
+type Routing struct {
+	K   int
+	Sel []int
+	Wts []float32
+}
+
+// NewRouting returns a routing for T tokens of k experts each.
+func NewRouting(T, k int) Routing {
+	return Routing{K: k, Sel: make([]int, T*k), Wts: make([]float32, T*k)}
+}
+
+// RouteSoftmaxTopK fills r from router logits [T, E]: softmax over all E
+// experts, the top K by probability, and (norm) the K weights renormalised
+// to sum to one. logits are overwritten by the probabilities.
+func RouteSoftmaxTopK(r Routing, logits []float32, T, E int, norm bool) {
+	k := r.K
+	for t := range T {
+		p := logits[t*E : (t+1)*E]
+		Softmax(p)
+		idx := r.Sel[t*k : (t+1)*k]
+		TopK(idx, p)
+		var sum float32
+		for j, e := range idx {
+			r.Wts[t*k+j] = p[e]
+			sum += p[e]
+		}
+		if norm {
+			for j := range idx {
+				r.Wts[t*k+j] /= sum
+			}
+		}
+	}
+}
+
+// MoE runs the routed experts of a layer: the expert-streaming protocol
+// every architecture uses. Given a Routing, it groups the chunk's (token,
+// slot) pairs by expert, tells an ExpertPrefetcher the chunk's experts
+// (ascending, each once), runs overlap (the compute that hides the reads:
+// a shared expert, a dense MLP), then for each expert in the same order
+// reads it (Expert), runs its GLU once over every token that chose it,
+// releases it, and finally combines: each token sums its experts' outputs
+// in its own top-k order, so the result does not depend on how tokens were
+// grouped.
+type MoE struct {
+	Backend Backend
+	Experts ExpertSource
+	Act     Activation // the experts' gate activation
+}
+
+// Run computes out [T, H] = Σ_k Wts·expert_k(xe) for layer l, where xe
+// [T, H] is the experts' input. overlap, if set, runs between Prefetch and
+// the first read.
+func (d *MoE) Run(l int, xe []float32, T, H int, r Routing, overlap func(), out []float32) error {
+	be, k := d.Backend, r.K
+	E := 0
+	for _, e := range r.Sel[:T*k] {
+		E = max(E, e+1)
+	}
+	// Group the (token, slot) pairs by expert, experts ascending.
+	count := make([]int, E+1)
+	for _, e := range r.Sel[:T*k] {
+		count[e+1]++
+	}
+	for e := range E {
+		count[e+1] += count[e]
+	}
+	slots := make([]int, T*k)
+	fill := append([]int(nil), count[:E]...)
+	for s, e := range r.Sel[:T*k] {
+		slots[fill[e]] = s
+		fill[e]++
+	}
+	used := make([]int, 0, min(E, T*k))
+	for e := range E {
+		if count[e+1] > count[e] {
+			used = append(used, e)
+		}
+	}
+	if p, ok := d.Experts.(ExpertPrefetcher); ok {
+		p.Prefetch(l, used)
+	}
+	if overlap != nil {
+		overlap()
+	}
+	res := make([]float32, T*k*H)
+	var x, g, u, a, y []float32
+	for _, e := range used {
+		group := slots[count[e]:count[e+1]]
+		n := len(group)
+		w, err := d.Experts.Expert(l, e)
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
+		}
+		I := w.Gate.Rows
+		x = Grow(x, n*H)
+		for i, s := range group {
+			t := s / k
+			copy(x[i*H:(i+1)*H], xe[t*H:(t+1)*H])
+		}
+		g, u, a, y = Grow(g, n*I), Grow(u, n*I), Grow(a, n*I), Grow(y, n*H)
+		be.MatMul(w.Gate, g, x, n)
+		be.MatMul(w.Up, u, x, n)
+		GLU(be, d.Act, a, g, u)
+		be.MatMul(w.Down, y, a, n)
+		d.Experts.Release(w)
+		for i, s := range group {
+			copy(res[s*H:(s+1)*H], y[i*H:(i+1)*H])
+		}
+	}
+	clear(out[:T*H])
+	for t := range T {
+		o := out[t*H : (t+1)*H]
+		for j := range k {
+			s := t*k + j
+			Axpy(o, r.Wts[s], res[s*H:(s+1)*H])
+		}
+	}
+	return nil
+}
+
+// Speculation is ForwardOptions.Speculate in one forward pass: its
+// buffers, reused across layers.
+type Speculation struct {
+	src   ExpertSpeculator
+	n     int // experts guessed per token
+	XN, R []float32
+	idx   []int
+	seen  []bool
+	guess []int
+}
+
+// NewSpeculation returns the speculation state for a pass guessing n
+// experts per token out of E, or nil when src cannot take a guess or n ≤ 0.
+func NewSpeculation(src ExpertSource, n, E int) *Speculation {
+	sp, ok := src.(ExpertSpeculator)
+	if !ok || n <= 0 {
+		return nil
+	}
+	return &Speculation{src: sp, n: min(n, E)}
+}
+
+// Guess hands layer l's guess to the source, from router logits [T, E]
+// the architecture computed on its best early view of the layer's router
+// input: each token's top n by logit, taken rank by rank across the
+// chunk's tokens so that the likeliest come first, each expert once.
+func (sp *Speculation) Guess(l int, logits []float32, T, E int) {
+	n := sp.n
+	if cap(sp.idx) < T*n {
+		sp.idx = make([]int, T*n)
+	}
+	idx := sp.idx[:T*n]
+	for t := range T {
+		TopK(idx[t*n:(t+1)*n], logits[t*E:(t+1)*E])
+	}
+	if len(sp.seen) < E {
+		sp.seen = make([]bool, E)
+	}
+	clear(sp.seen)
+	sp.guess = sp.guess[:0]
+	for j := range n {
+		for t := range T {
+			if e := idx[t*n+j]; !sp.seen[e] {
+				sp.seen[e] = true
+				sp.guess = append(sp.guess, e)
+			}
+		}
+	}
+	sp.src.Speculate(l, sp.guess)
+}
