@@ -416,7 +416,7 @@ func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, 
 	for v0 := 0; v0 < n; v0 += maxGridY {
 		nv := min(n-v0, maxGridY)
 		p := params(make([]byte, 0, sizeQGemv)).ptr(wp).ptr(sp).ptr(bp).
-			ptr(xp+uint64(4*v0*w.Cols)).ptr(yp+uint64(4*v0*w.Rows)).
+			ptr(xp + uint64(4*v0*w.Cols)).ptr(yp + uint64(4*v0*w.Rows)).
 			u32(w.Rows).u32(w.Cols).u32(w.GroupSize).u32(int(w.Type)).u32(w.Bits).u32(0)
 		if err := b.launch(kernel, [3]int{ceilDiv(w.Rows, rowsPerTG), nv, 1}, tgThreads, p, sizeQGemv); err != nil {
 			return err

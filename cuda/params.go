@@ -21,7 +21,9 @@ func (p params) u32(v int) params {
 	return binary.LittleEndian.AppendUint32(p, uint32(v))
 }
 
-func (p params) f32(v float32) params { return binary.LittleEndian.AppendUint32(p, math.Float32bits(v)) }
+func (p params) f32(v float32) params {
+	return binary.LittleEndian.AppendUint32(p, math.Float32bits(v))
+}
 
 // Sizes of the parameter structs (the static_asserts in kernels/*.cu).
 const (
