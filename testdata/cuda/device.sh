@@ -20,12 +20,12 @@ export QPACK_CUDA_REQUIRE=1
 	file "$T" 2>/dev/null
 } >"$OUT/env.log" 2>&1
 CONF='Conformance|ParamStruct|ParamsLayout'
-timeout 120 "$T" -test.v -test.count=1 -test.run "$CONF" >"$OUT/conformance.log" 2>&1
+timeout 60 "$T" -test.v -test.count=1 -test.run "$CONF" >"$OUT/conformance.log" 2>&1
 echo "exit status $?" >>"$OUT/conformance.log"
 for tool in memcheck racecheck synccheck initcheck; do
-	timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run Conformance >"$OUT/$tool.log" 2>&1
+	timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run Conformance >"$OUT/$tool.log" 2>&1
 	echo "exit status $?" >>"$OUT/$tool.log"
 done
-timeout 120 "$T" -test.v -test.run '^$' -test.bench MatVecBandwidth -test.benchtime 1x >"$OUT/bandwidth.log" 2>&1
+timeout 60 "$T" -test.v -test.run '^$' -test.bench MatVecBandwidth -test.benchtime 1x >"$OUT/bandwidth.log" 2>&1
 echo "exit status $?" >>"$OUT/bandwidth.log"
 tail -n 3 "$OUT"/*.log
