@@ -413,12 +413,16 @@ func (b *Backend) matMul(w mlxq.Matrix, y, x []float32, n int) error {
 // gemv queues y = W·x for n vectors on device addresses, in launches of at
 // most maxGridY vectors.
 func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
+	rows := rowsPerTG // rows per group of threads
+	if kernel == "gemv_q4" || kernel == "gemv_q8" {
+		rows *= qRows
+	}
 	for v0 := 0; v0 < n; v0 += maxGridY {
 		nv := min(n-v0, maxGridY)
 		p := params(make([]byte, 0, sizeQGemv)).ptr(wp).ptr(sp).ptr(bp).
 			ptr(xp + uint64(4*v0*w.Cols)).ptr(yp + uint64(4*v0*w.Rows)).
 			u32(w.Rows).u32(w.Cols).u32(w.GroupSize).u32(int(w.Type)).u32(w.Bits).u32(0)
-		if err := b.launch(kernel, [3]int{ceilDiv(w.Rows, rowsPerTG), nv, 1}, tgThreads, p, sizeQGemv); err != nil {
+		if err := b.launch(kernel, [3]int{ceilDiv(w.Rows, rows), nv, 1}, tgThreads, p, sizeQGemv); err != nil {
 			return err
 		}
 	}

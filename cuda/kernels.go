@@ -39,5 +39,6 @@ const (
 	tgThreads = 256 // QP_TG
 	simdWidth = 32  // QP_SIMD
 	rowsPerTG = tgThreads / simdWidth
+	qRows     = 4     // QP_QROWS: rows per simdgroup of gemv_q4 and gemv_q8
 	maxGridY  = 65535 // CUDA's limit on gridDim.y
 )

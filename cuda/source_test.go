@@ -24,6 +24,9 @@ func TestParamStructSizes(t *testing.T) {
 			t.Errorf("%s: kernel source asserts %s bytes, Go writes %d", name, got, size)
 		}
 	}
+	if !strings.Contains(src, fmt.Sprintf("#define QP_QROWS %d\n", qRows)) || !strings.Contains(src, fmt.Sprintf("#define QP_TG %d\n", tgThreads)) {
+		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
+	}
 	for _, k := range kernelNames {
 		if !strings.Contains(src, "QP_KERNEL "+k+"(") {
 			t.Errorf("kernel %s is not defined in the source", k)

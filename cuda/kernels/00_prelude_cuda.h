@@ -32,8 +32,9 @@ typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef unsigned long long ulong;
-struct qp_uint4 { uint x, y, z, w; };
-struct qp_float4 { float x, y, z, w; };
+// 16-byte vectors: one 128-bit load each (LDG.128).
+struct alignas(16) qp_uint4 { uint x, y, z, w; };
+struct alignas(16) qp_float4 { float x, y, z, w; };
 
 // The sum over the 32 lanes of a simdgroup, in every lane (butterfly: the
 // same order in every lane, so every lane holds the same bits). Called in
@@ -60,3 +61,5 @@ QP_DEVICE float qp_exp(float x) { return expf(x); }
 QP_DEVICE float qp_rsqrt(float x) { return rsqrtf(x); }
 
 #define QP_STATIC_ASSERT(c, m) static_assert(c, m)
+#define QP_UNROLL _Pragma("unroll")
+#define QP_MIN(a, b) min(a, b)

@@ -21,59 +21,98 @@ struct QGemv {
 };
 QP_STATIC_ASSERT(sizeof(QGemv) == 64, "QGemv layout");
 
-// The contribution of one 32-bit word of 32/bits elements (bits 4 or 8) at
-// x: s*sum(q*x) + b*sum(x).
+// Rows per simdgroup of the 4- and 8-bit kernels: each lane loads its chunk
+// of x once and uses it for this many rows, so x is read from cache once per
+// QP_QROWS rows and QP_QROWS independent weight loads are in flight.
+#define QP_QROWS 4
+
+// float(q) for 0 <= q < 2^23, exact, without an int-to-float conversion
+// (2^23 + q has q in its mantissa).
+QP_DEVICE float qp_small_uint_to_float(uint q) { return qp_as_float(0x4B000000u | q) - 8388608.0f; }
+
+// sum over the 32/BITS elements of word q of q_k * x[k].
 template <int BITS>
-QP_DEVICE void qp_word(uint q, QP_GLOBAL const float* x, float& dot, float& xsum) {
-    const int per = 32 / BITS;
+QP_DEVICE float qp_word_dot(uint q, const float* x) {
     const uint mask = (1u << BITS) - 1u;
-    for (int k = 0; k < per; k += 4) {
-        qp_float4 xv = qp_load_float4(x + k);
-        dot += float((q >> (BITS * k)) & mask) * xv.x;
-        dot += float((q >> (BITS * (k + 1))) & mask) * xv.y;
-        dot += float((q >> (BITS * (k + 2))) & mask) * xv.z;
-        dot += float((q >> (BITS * (k + 3))) & mask) * xv.w;
-        xsum += (xv.x + xv.y) + (xv.z + xv.w);
+    float dot = 0.0f;
+    QP_UNROLL
+    for (int k = 0; k < 32 / BITS; k++) {
+        dot += qp_small_uint_to_float((q >> (BITS * k)) & mask) * x[k];
     }
+    return dot;
 }
 
-// 4 and 8 bits: lane l takes 16-byte chunks l, l+32, ... of the row (32
-// elements at 4 bits, 16 at 8): a chunk never straddles a group, since
-// groups are >= 32 elements and multiples of the chunk.
+// 4 and 8 bits: simdgroup g of the group computes rows QP_QROWS*g ...;
+// lane l takes 16-byte chunks l, l+32, ... of each row (32 elements at 4
+// bits, 16 at 8): a chunk never straddles a quantization group, since
+// groups are >= 32 elements and multiples of the chunk. Rows past the end
+// are clamped to the last row (computed, never stored), so control flow
+// stays uniform.
 template <int BITS>
 QP_DEVICE void qp_gemv_q(QGemv p) {
-    uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
-    if (row >= p.rows) {
+    const uint per = 128 / BITS; // elements per chunk
+    const uint wper = 32 / BITS; // elements per 32-bit word
+    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
+    if (row0 >= p.rows) {
         return; // uniform per simdgroup
     }
     uint lane = QP_LANE;
     ulong v = QP_GROUP_Y;
-    const uint per = 128 / BITS; // elements per chunk
-    ulong groups = p.cols / p.group;
-    QP_GLOBAL const uchar* w = p.w + ulong(row) * (ulong(p.cols) * BITS / 8);
-    QP_GLOBAL const uchar* sp = p.s + ulong(row) * groups * (p.stype == QP_F32 ? 4 : 2);
-    QP_GLOBAL const uchar* bp = p.b + ulong(row) * groups * (p.stype == QP_F32 ? 4 : 2);
+    ulong rowBytes = ulong(p.cols) * BITS / 8;
+    ulong sRow = ulong(p.cols / p.group) * (p.stype == QP_F32 ? 4 : 2);
     QP_GLOBAL const float* x = p.x + v * p.cols;
-    float acc = 0.0f;
+    float acc[QP_QROWS];
+    QP_GLOBAL const uchar* wr[QP_QROWS];
+    QP_GLOBAL const uchar* sr[QP_QROWS];
+    QP_GLOBAL const uchar* br[QP_QROWS];
+    QP_UNROLL
+    for (uint j = 0; j < QP_QROWS; j++) {
+        ulong r = QP_MIN(row0 + j, p.rows - 1);
+        acc[j] = 0.0f;
+        wr[j] = p.w + r * rowBytes;
+        sr[j] = p.s + r * sRow;
+        br[j] = p.b + r * sRow;
+    }
     uint chunks = p.cols / per;
     for (uint c = lane; c < chunks; c += QP_SIMD) {
-        qp_uint4 q = qp_load_uint4(w + ulong(c) * 16);
         uint gi = (c * per) / p.group;
-        float s = qp_load_float(sp, gi, p.stype);
-        float b = qp_load_float(bp, gi, p.stype);
+        qp_uint4 q[QP_QROWS];
+        float s[QP_QROWS];
+        float b[QP_QROWS];
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            q[j] = qp_load_uint4(wr[j] + ulong(c) * 16);
+            s[j] = qp_load_float(sr[j], gi, p.stype);
+            b[j] = qp_load_float(br[j], gi, p.stype);
+        }
+        float xv[per];
         QP_GLOBAL const float* xs = x + ulong(c) * per;
-        const uint wper = 32 / BITS;
-        float dot = 0.0f;
+        QP_UNROLL
+        for (uint k = 0; k < per; k += 4) {
+            qp_float4 f = qp_load_float4(xs + k);
+            xv[k] = f.x;
+            xv[k + 1] = f.y;
+            xv[k + 2] = f.z;
+            xv[k + 3] = f.w;
+        }
         float xsum = 0.0f;
-        qp_word<BITS>(q.x, xs, dot, xsum);
-        qp_word<BITS>(q.y, xs + wper, dot, xsum);
-        qp_word<BITS>(q.z, xs + 2 * wper, dot, xsum);
-        qp_word<BITS>(q.w, xs + 3 * wper, dot, xsum);
-        acc += s * dot + b * xsum;
+        QP_UNROLL
+        for (uint k = 0; k < per; k++) {
+            xsum += xv[k];
+        }
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            float dot = qp_word_dot<BITS>(q[j].x, xv) + qp_word_dot<BITS>(q[j].y, xv + wper) +
+                        qp_word_dot<BITS>(q[j].z, xv + 2 * wper) + qp_word_dot<BITS>(q[j].w, xv + 3 * wper);
+            acc[j] += s[j] * dot + b[j] * xsum;
+        }
     }
-    acc = qp_simd_sum(acc);
-    if (lane == 0) {
-        p.y[v * p.rows + row] = acc;
+    QP_UNROLL
+    for (uint j = 0; j < QP_QROWS; j++) {
+        float t = qp_simd_sum(acc[j]);
+        if (lane == 0 && row0 + j < p.rows) {
+            p.y[v * p.rows + row0 + j] = t;
+        }
     }
 }
 
