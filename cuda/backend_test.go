@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -29,7 +31,7 @@ func openOrSkip(t testing.TB) *Backend {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	t.Logf("device %s, %s", b.Name(), b.Compiler())
+	t.Logf("device %s, %s, kernel source sha256 %s", b.Name(), b.Compiler(), sourceHash())
 	return b
 }
 
@@ -74,6 +76,12 @@ func checkMatMul(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n i
 			}
 		}
 	}
+}
+
+// sourceHash identifies the kernel source a recorded run compiled.
+func sourceHash() string {
+	h := sha256.Sum256([]byte(Source()))
+	return hex.EncodeToString(h[:])
 }
 
 type matCase struct {
@@ -256,4 +264,57 @@ func TestSwiGLUConformance(t *testing.T) {
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMatMulManyVectors crosses CUDA's grid limit of 65535 vectors per
+// launch, which MatMul splits.
+func TestMatMulManyVectors(t *testing.T) {
+	b := openOrSkip(t)
+	r := rand.New(rand.NewPCG(9, 10))
+	c := matCase{9, 64, 4, 32, mlxq.BF16}
+	m := makeMatrix(t, r, c)
+	n := maxGridY + 2
+	x := randVec(r, n*c.cols, 1)
+	got := make([]float32, n*c.rows)
+	b.MatMul(m, got, x, n)
+	checkMatMul(t, fmt.Sprintf("%v n=%d", c, n), m, x, got, n)
+	if s := b.Stats(); s.Launches != 2 || s.Fallbacks != 0 {
+		t.Fatalf("stats %+v, want 2 launches", s)
+	}
+}
+
+func TestAllocFree(t *testing.T) {
+	b := openOrSkip(t)
+	m, err := b.Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range m {
+		if v != 0 {
+			t.Fatalf("Alloc memory not zeroed at %d", i)
+		}
+	}
+	if err := b.Free(make([]byte, 10)); err == nil {
+		t.Error("Free of Go memory succeeded")
+	}
+	if err := b.Free(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Free(m); err == nil {
+		t.Error("double Free succeeded")
+	}
+	if _, err := b.Alloc(0); err == nil {
+		t.Error("Alloc(0) succeeded")
+	}
+}
+
+// TestNoSuchDevice: asking for a device the driver does not have is
+// ErrNoDevice (what --backend cuda maps to exit 2).
+func TestNoSuchDevice(t *testing.T) {
+	openOrSkip(t)
+	_, err := NewDevice(1 << 20)
+	if !errors.Is(err, ErrNoDevice) {
+		t.Fatalf("NewDevice(1<<20): %v, want ErrNoDevice", err)
+	}
+	t.Logf("NewDevice(1<<20): %v", err)
 }
