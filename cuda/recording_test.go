@@ -42,13 +42,13 @@ func checkPassed(t *testing.T, name, log string) {
 	if !strings.Contains(log, "\nPASS\n") || !strings.Contains(log, "exit status 0\n") {
 		t.Errorf("%s: the run did not end in PASS with exit status 0", name)
 	}
-	m := regexp.MustCompile(`device (NVIDIA [^,]+), NVRTC [^,]+, kernel source sha256 ([0-9a-f]{64})`).FindAllStringSubmatch(log, -1)
+	m := regexp.MustCompile(`device (NVIDIA .+), (NVRTC .+), kernel source sha256 ([0-9a-f]{64})\n`).FindAllStringSubmatch(log, -1)
 	if len(m) < len(conformanceTests) {
 		t.Fatalf("%s: %d device lines, want one per conformance test", name, len(m))
 	}
 	for _, d := range m {
-		if d[2] != sourceHash() {
-			t.Fatalf("%s: recorded with kernel source %s, this tree's is %s: run testdata/cuda/device.sh again", name, d[2], sourceHash())
+		if d[3] != sourceHash() {
+			t.Fatalf("%s: recorded with kernel source %s, this tree's is %s: run testdata/cuda/device.sh again", name, d[3], sourceHash())
 		}
 	}
 }
