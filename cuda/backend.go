@@ -429,34 +429,17 @@ func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, 
 	return nil
 }
 
-// checkMatrix checks what the kernels assume of a Matrix.
+// checkMatrix checks what the kernels assume of a Matrix: mlxq's own
+// constructors' checks (supported bits, group and type, dims below 2^30,
+// columns a multiple of the group, every slice exactly its shape's size).
 func checkMatrix(w mlxq.Matrix) error {
-	if w.Rows < 1 || w.Cols < 1 || w.Rows >= 1<<31 || w.Cols >= 1<<31 {
-		return fmt.Errorf("bad shape [%d, %d]", w.Rows, w.Cols)
-	}
-	if w.Type != mlxq.F32 && w.Type != mlxq.F16 && w.Type != mlxq.BF16 {
-		return fmt.Errorf("bad float type %v", w.Type)
-	}
+	var err error
 	if w.Bits == 0 {
-		if int64(len(w.Weight)) != int64(w.Rows)*int64(w.Cols)*int64(w.Type.Size()) {
-			return fmt.Errorf("dense weight is %d bytes for [%d, %d] %v", len(w.Weight), w.Rows, w.Cols, w.Type)
-		}
-		return nil
+		_, err = mlxq.NewDense(w.Rows, w.Cols, w.Type, w.Weight)
+	} else {
+		_, err = mlxq.NewQuantized(w.Rows, w.Cols, w.Bits, w.GroupSize, w.Type, w.Weight, w.Scales, w.Biases)
 	}
-	if err := mlxq.ValidParams(w.Bits, w.GroupSize); err != nil {
-		return err
-	}
-	if w.Cols%w.GroupSize != 0 {
-		return fmt.Errorf("%d columns is not a multiple of the group size %d", w.Cols, w.GroupSize)
-	}
-	if int64(len(w.Weight)) != int64(w.Rows)*int64(w.RowBytes()) {
-		return fmt.Errorf("weight is %d bytes for [%d, %d] at %d bits", len(w.Weight), w.Rows, w.Cols, w.Bits)
-	}
-	sb := int64(w.Rows) * int64(w.Groups()) * int64(w.Type.Size())
-	if int64(len(w.Scales)) != sb || int64(len(w.Biases)) != sb {
-		return fmt.Errorf("scales/biases are %d/%d bytes, want %d", len(w.Scales), len(w.Biases), sb)
-	}
-	return nil
+	return err
 }
 
 // RMSNorm implements runtime.Backend: x/sqrt(mean(x²)+eps)·w for each row

@@ -292,3 +292,20 @@ func TestFakeDeviceFallback(t *testing.T) {
 		t.Fatal("Alloc after Close succeeded")
 	}
 }
+
+// A Matrix whose slices do not match its shape is a caller's bug: MatMul
+// panics naming it rather than reading out of bounds on the device.
+func TestMatMulRejectsBadMatrix(t *testing.T) {
+	b, f := fakeBackend(t)
+	r := rand.New(rand.NewPCG(15, 16))
+	m := makeMatrix(t, r, matCase{8, 64, 4, 32, mlxq.BF16})
+	m.Scales = m.Scales[:len(m.Scales)-2]
+	defer func() {
+		if p := recover(); p == nil {
+			t.Fatal("MatMul of a short-scaled matrix did not panic")
+		} else if len(f.launches) != 0 {
+			t.Fatalf("launched %v before rejecting it", f.launches)
+		}
+	}()
+	b.MatMul(m, make([]float32, 8), make([]float32, 64), 1)
+}
