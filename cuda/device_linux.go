@@ -125,6 +125,9 @@ func openDevice(ordinal int) (device, error) {
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
 	if err := g.call("cuInit", 0); err != nil {
+		if errors.Is(err, ErrNoDevice) { // say what to do, keep the *Error
+			return nil, fmt.Errorf("%w: %w", err, ErrNoDevice)
+		}
 		return nil, err
 	}
 	if err := g.call("cuDeviceGetCount", g.outp(0)); err != nil {
