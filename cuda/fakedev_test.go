@@ -1,0 +1,311 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/mlxq"
+)
+
+// fakeDev is a device in Go memory, so the Backend's host logic (argument
+// placement, staging, in-place use of Alloc memory, parameter blocks, grid
+// sizes, launch splitting, CPU fallback, freeing) is tested without a GPU.
+// Device memory gets addresses of its own (from 1<<50); host memory from
+// hostAlloc is Go memory whose device address is its host address, as with
+// unified addressing. Its "kernels" decode the parameter block the way the
+// CUDA structs lay it out and compute with the CPU backend.
+type fakeDev struct {
+	t        *testing.T
+	dev      map[devptr][]byte
+	host     map[devptr][]byte
+	next     devptr
+	fail     error
+	launches []string
+	grids    [][3]uint32
+}
+
+func newFake(t *testing.T) *fakeDev {
+	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50}
+}
+
+func (f *fakeDev) name() string                                     { return "fake" }
+func (f *fakeDev) computeCapability() (int, int)                    { return 9, 0 }
+func (f *fakeDev) compile(src, name string) (string, string, error) { return "fake", "", nil }
+func (f *fakeDev) function(name string) (uintptr, error) {
+	for i, k := range kernelNames {
+		if k == name {
+			return uintptr(i + 1), nil
+		}
+	}
+	return 0, fmt.Errorf("no kernel %s", name)
+}
+
+func (f *fakeDev) memAlloc(n int) (devptr, error) {
+	p := f.next
+	f.dev[p] = make([]byte, n)
+	f.next += devptr(n+4095) &^ 4095
+	return p, nil
+}
+
+func (f *fakeDev) memFree(p devptr) error {
+	if _, ok := f.dev[p]; !ok {
+		return fmt.Errorf("memFree of %#x", p)
+	}
+	delete(f.dev, p)
+	return nil
+}
+
+func (f *fakeDev) hostAlloc(n int) ([]byte, devptr, error) {
+	raw := make([]byte, n+4096)
+	off := int((4096 - uintptr(unsafe.Pointer(&raw[0]))%4096) % 4096)
+	b := raw[off : off+n : off+n]
+	p := devptr(uintptr(unsafe.Pointer(&b[0])))
+	f.host[p] = b
+	return b, p, nil
+}
+
+func (f *fakeDev) hostFree(b []byte) error {
+	p := devptr(uintptr(unsafe.Pointer(&b[0])))
+	if _, ok := f.host[p]; !ok {
+		return fmt.Errorf("hostFree of %#x", p)
+	}
+	delete(f.host, p)
+	return nil
+}
+
+// at returns the n bytes at device address p, failing the test if they are
+// not inside one allocation.
+func (f *fakeDev) at(p devptr, n int) []byte {
+	for _, m := range []map[devptr][]byte{f.dev, f.host} {
+		for base, b := range m {
+			if p >= base && p+devptr(n) <= base+devptr(len(b)) {
+				return b[p-base : p-base+devptr(n)]
+			}
+		}
+	}
+	f.t.Fatalf("device address %#x (+%d) is in no allocation", p, n)
+	return nil
+}
+
+func (f *fakeDev) htod(dst devptr, src []byte) error { copy(f.at(dst, len(src)), src); return nil }
+func (f *fakeDev) dtoh(dst []byte, src devptr) error { copy(dst, f.at(src, len(dst))); return nil }
+func (f *fakeDev) dtod(dst, src devptr, n int) error {
+	copy(f.at(dst, n), f.at(src, n))
+	return nil
+}
+func (f *fakeDev) sync() error                            { return nil }
+func (f *fakeDev) timed(fn func() error) (float32, error) { return 0, fn() }
+func (f *fakeDev) close() error {
+	if len(f.dev)+len(f.host) != 0 {
+		return fmt.Errorf("closed with %d device and %d host allocations live", len(f.dev), len(f.host))
+	}
+	return nil
+}
+
+func f32s(b []byte) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
+	if f.fail != nil {
+		return f.fail
+	}
+	k := kernelNames[fn-1]
+	f.launches = append(f.launches, k)
+	f.grids = append(f.grids, grid)
+	if block != [3]uint32{tgThreads, 1, 1} {
+		f.t.Fatalf("%s: block %v", k, block)
+	}
+	u64 := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
+	u32 := func(off int) int { return int(binary.LittleEndian.Uint32(p[off:])) }
+	switch k {
+	case "gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense":
+		rows, cols, group, st, bits := u32(40), u32(44), u32(48), mlxq.Float(u32(52)), u32(56)
+		per := rowsPerTG
+		if k == "gemv_q4" || k == "gemv_q8" {
+			per *= qRows
+		}
+		if int(grid[0])*per < rows || (int(grid[0])-1)*per >= rows {
+			f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
+		}
+		n := int(grid[1])
+		var m mlxq.Matrix
+		var err error
+		if bits == 0 {
+			m, err = mlxq.NewDense(rows, cols, st, f.at(u64(0), rows*cols*st.Size()))
+		} else {
+			sb := rows * (cols / group) * st.Size()
+			m, err = mlxq.NewQuantized(rows, cols, bits, group, st, f.at(u64(0), rows*cols*bits/8), f.at(u64(1), sb), f.at(u64(2), sb))
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		runtime.CPU{}.MatMul(m, f32s(f.at(u64(4), 4*n*rows)), f32s(f.at(u64(3), 4*n*cols)), n)
+	case "rms_norm":
+		rows, dim := u32(24), u32(28)
+		eps := math.Float32frombits(uint32(u32(32)))
+		runtime.CPU{}.RMSNorm(f32s(f.at(u64(2), 4*rows*dim)), f32s(f.at(u64(0), 4*rows*dim)), f32s(f.at(u64(1), 4*dim)), eps)
+	case "swiglu":
+		n := u32(24)
+		runtime.CPU{}.SwiGLU(f32s(f.at(u64(2), 4*n)), f32s(f.at(u64(0), 4*n)), f32s(f.at(u64(1), 4*n)))
+	}
+	return nil
+}
+
+func fakeBackend(t *testing.T) (*Backend, *fakeDev) {
+	f := newFake(t)
+	b, err := newBackend(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the Frees of inAlloc's cleanups;
+	// the fake's close fails if anything is still allocated.
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b, f
+}
+
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: [%d] = %g, want %g", what, i, got[i], want[i])
+		}
+	}
+}
+
+func TestFakeDeviceHostLogic(t *testing.T) {
+	b, f := fakeBackend(t)
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, c := range matCases() {
+		m := makeMatrix(t, r, c)
+		for _, n := range []int{1, 2} {
+			x := randVec(r, n*c.cols, 1)
+			want := make([]float32, n*c.rows)
+			runtime.CPU{}.MatMul(m, want, x, n)
+			got := make([]float32, n*c.rows)
+			b.MatMul(m, got, x, n)
+			sameBits(t, fmt.Sprintf("%v staged", c), got, want)
+
+			zc := inAlloc(t, b, m)
+			before := b.Stats()
+			b.MatMul(zc, got, x, n)
+			sameBits(t, fmt.Sprintf("%v in place", c), got, want)
+			if d := b.Stats().ZeroCopyBytes - before.ZeroCopyBytes; d != m.Bytes() {
+				t.Errorf("%v: %d bytes used in place, want all %d", c, d, m.Bytes())
+			}
+		}
+	}
+	// A 4-bit weight in Alloc memory off its 16-byte alignment is staged;
+	// the scales and biases are still used in place.
+	m := makeMatrix(t, r, matCase{16, 256, 4, 64, mlxq.BF16})
+	buf, err := b.Alloc(len(m.Weight) + 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mis := m
+	mis.Weight = buf[2 : 2+len(m.Weight)]
+	copy(mis.Weight, m.Weight)
+	mis.Scales = buf[512+len(m.Weight):][:len(m.Scales)]
+	copy(mis.Scales, m.Scales)
+	mis.Biases = m.Biases
+	x := randVec(r, 256, 1)
+	want, got := make([]float32, 16), make([]float32, 16)
+	runtime.CPU{}.MatMul(m, want, x, 1)
+	before := b.Stats()
+	b.MatMul(mis, got, x, 1)
+	sameBits(t, "misaligned", got, want)
+	if d := b.Stats().ZeroCopyBytes - before.ZeroCopyBytes; d != int64(len(m.Scales)) {
+		t.Errorf("misaligned weight: %d bytes in place, want only the %d of the scales", d, len(m.Scales))
+	}
+	if err := b.Free(buf); err != nil {
+		t.Fatal(err)
+	}
+
+	// RMSNorm (also in place) and SwiGLU.
+	xs, w := randVec(r, 3*100, 2), randVec(r, 100, 1)
+	nwant := make([]float32, 300)
+	runtime.CPU{}.RMSNorm(nwant, xs, w, 1e-5)
+	b.RMSNorm(xs, xs, w, 1e-5)
+	sameBits(t, "rms_norm in place", xs, nwant)
+	g, u := randVec(r, 1000, 10), randVec(r, 1000, 1)
+	swant, sgot := make([]float32, 1000), make([]float32, 1000)
+	runtime.CPU{}.SwiGLU(swant, g, u)
+	b.SwiGLU(sgot, g, u)
+	sameBits(t, "swiglu", sgot, swant)
+
+	// More vectors than one launch's grid takes: two launches.
+	f.launches, f.grids = nil, nil
+	mv := makeMatrix(t, r, matCase{3, 32, 8, 32, mlxq.F32})
+	n := maxGridY + 5
+	xv := randVec(r, n*32, 1)
+	vgot := make([]float32, 3*n)
+	b.MatMul(mv, vgot, xv, n)
+	// Not bit for bit: the CPU groups vectors by four, so its round-off
+	// depends on n (which two launches change).
+	checkMatMul(t, "many vectors", mv, xv, vgot, n)
+	if len(f.launches) != 2 || f.grids[0][1] != maxGridY || f.grids[1][1] != 5 {
+		t.Errorf("launches %v grids %v", f.launches, f.grids)
+	}
+	if s := b.Stats(); s.Fallbacks != 0 || b.Err() != nil {
+		t.Fatalf("fallbacks: %+v %v", s, b.Err())
+	}
+}
+
+// A device error makes the call compute on the CPU: right results, the
+// error kept, the fallback counted.
+func TestFakeDeviceFallback(t *testing.T) {
+	b, f := fakeBackend(t)
+	f.fail = &Error{Call: "cuLaunchKernel", Code: 700, Name: "CUDA_ERROR_ILLEGAL_ADDRESS"}
+	r := rand.New(rand.NewPCG(13, 14))
+	m := makeMatrix(t, r, matCase{20, 128, 4, 32, mlxq.F16})
+	x := randVec(r, 128, 1)
+	want, got := make([]float32, 20), make([]float32, 20)
+	runtime.CPU{}.MatMul(m, want, x, 1)
+	b.MatMul(m, got, x, 1)
+	sameBits(t, "fallback", got, want)
+	g, u := randVec(r, 10, 3), randVec(r, 10, 3)
+	sw, sg := make([]float32, 10), make([]float32, 10)
+	runtime.CPU{}.SwiGLU(sw, g, u)
+	b.SwiGLU(sg, g, u)
+	sameBits(t, "fallback swiglu", sg, sw)
+	var e *Error
+	if !errors.As(b.Err(), &e) || e.Call != "cuLaunchKernel" {
+		t.Fatalf("Err() = %v", b.Err())
+	}
+	if s := b.Stats(); s.Fallbacks != 2 {
+		t.Fatalf("fallbacks %d, want 2", s.Fallbacks)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Alloc(10); err == nil {
+		t.Fatal("Alloc after Close succeeded")
+	}
+}
+
+// A Matrix whose slices do not match its shape is a caller's bug: MatMul
+// panics naming it rather than reading out of bounds on the device.
+func TestMatMulRejectsBadMatrix(t *testing.T) {
+	b, f := fakeBackend(t)
+	r := rand.New(rand.NewPCG(15, 16))
+	m := makeMatrix(t, r, matCase{8, 64, 4, 32, mlxq.BF16})
+	m.Scales = m.Scales[:len(m.Scales)-2]
+	defer func() {
+		if p := recover(); p == nil {
+			t.Fatal("MatMul of a short-scaled matrix did not panic")
+		} else if len(f.launches) != 0 {
+			t.Fatalf("launched %v before rejecting it", f.launches)
+		}
+	}()
+	b.MatMul(m, make([]float32, 8), make([]float32, 64), 1)
+}

@@ -1,0 +1,44 @@
+package cuda
+
+import (
+	"embed"
+	"io/fs"
+	"sort"
+	"strings"
+)
+
+//go:embed kernels/*.h kernels/*.cu
+var kernelFS embed.FS
+
+// Source returns the kernel source NVRTC compiles: the CUDA prelude
+// (kernels/00_prelude_cuda.h) followed by every kernels/*.cu in name order.
+func Source() string {
+	names, err := fs.Glob(kernelFS, "kernels/*")
+	if err != nil {
+		panic(err) // the pattern is constant
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		data, err := kernelFS.ReadFile(n)
+		if err != nil {
+			panic(err) // embedded
+		}
+		b.WriteString("// ---- " + n + "\n")
+		b.Write(data)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Kernel names the host looks up after compiling Source.
+var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "swiglu"}
+
+// Geometry shared with the kernels (kernels/10_common.cu).
+const (
+	tgThreads = 256 // QP_TG
+	simdWidth = 32  // QP_SIMD
+	rowsPerTG = tgThreads / simdWidth
+	qRows     = 4     // QP_QROWS: rows per simdgroup of gemv_q4 and gemv_q8
+	maxGridY  = 65535 // CUDA's limit on gridDim.y
+)

@@ -1,0 +1,65 @@
+// qpack CUDA kernels: the CUDA prelude. The host (cuda/kernels.go)
+// concatenates this file and every *.cu file in name order into one source
+// and compiles it with NVRTC for the device's compute capability.
+//
+// The kernel bodies use only the macros and helpers below for what differs
+// between CUDA and Metal (address spaces, thread and group ids, barriers,
+// 32-wide simd reductions, bit casts), so a Metal prelude defining the same
+// names can compile the same bodies later (Apple simdgroups and NVIDIA warps
+// are both 32 wide).
+//
+// Conventions the host relies on (cuda/backend.go):
+//   - Each kernel takes one parameter struct by value; device addresses are
+//     64-bit fields first, then 32-bit fields; sizes are static_asserted.
+//   - Float vectors are float32, 16-byte aligned at every row start (the
+//     host guarantees it: rows are multiples of 32 values and buffers are
+//     256-byte aligned); packed 4- and 8-bit weights are 16-byte aligned at
+//     every row start, scales and biases 4-byte aligned.
+
+#define QP_KERNEL extern "C" __global__ void
+#define QP_DEVICE __device__ __forceinline__
+#define QP_GLOBAL                      // address space of buffer pointers
+#define QP_SHARED __shared__           // threadgroup memory
+#define QP_BARRIER() __syncthreads()   // threadgroup barrier (memory too)
+#define QP_TID ((unsigned)threadIdx.x) // thread index in the group (1-D groups)
+#define QP_LANE (QP_TID & 31u)         // index in the simdgroup / warp
+#define QP_SIMD_ID (QP_TID >> 5)       // simdgroup / warp index in the group
+#define QP_GROUP_X ((unsigned)blockIdx.x)
+#define QP_GROUP_Y ((unsigned)blockIdx.y)
+#define QP_GLOBAL_X ((unsigned)(blockIdx.x * blockDim.x + threadIdx.x))
+
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+typedef unsigned long long ulong;
+// 16-byte vectors: one 128-bit load each (LDG.128).
+struct alignas(16) qp_uint4 { uint x, y, z, w; };
+struct alignas(16) qp_float4 { float x, y, z, w; };
+
+// The sum over the 32 lanes of a simdgroup, in every lane (butterfly: the
+// same order in every lane, so every lane holds the same bits). Called in
+// control flow that is uniform per simdgroup.
+QP_DEVICE float qp_simd_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
+
+QP_DEVICE float qp_half_to_float(ushort h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+QP_DEVICE qp_uint4 qp_load_uint4(QP_GLOBAL const uchar* p) { return *(const qp_uint4*)p; }
+QP_DEVICE qp_float4 qp_load_float4(QP_GLOBAL const float* p) { return *(const qp_float4*)p; }
+
+QP_DEVICE float qp_exp(float x) { return expf(x); }
+QP_DEVICE float qp_rsqrt(float x) { return rsqrtf(x); }
+
+#define QP_STATIC_ASSERT(c, m) static_assert(c, m)
+#define QP_UNROLL _Pragma("unroll")
+#define QP_MIN(a, b) min(a, b)

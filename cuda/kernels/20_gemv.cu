@@ -1,0 +1,187 @@
+// Matrix-vector products on MLX affine-quantized and dense weights.
+//
+// y[v][r] = sum_i W[r][i] * x[v][i] for every row r < rows and input vector
+// v < n. One simdgroup computes one row (QP_SIMDS rows per group of QP_TG
+// threads); group (x, y) = (row block, vector). Quantized element i of a row
+// dequantizes to s*q + b with s, b of group i / group_size, so a chunk of
+// elements inside one group contributes s*sum(q*x) + b*sum(x).
+
+struct QGemv {
+    const uchar* w;   // packed weight (or dense elements), row-major
+    const uchar* s;   // scales [rows][cols/group] (quantized)
+    const uchar* b;   // biases, same shape and type
+    const float* x;   // [n][cols]
+    float* y;         // [n][rows]
+    uint rows;
+    uint cols;
+    uint group;       // quantization group size (32, 64, 128); unused for dense
+    uint stype;       // type of scales and biases, or of the dense elements
+    uint bits;        // 2..8; 0 for dense
+    uint pad;
+};
+QP_STATIC_ASSERT(sizeof(QGemv) == 64, "QGemv layout");
+
+// Rows per simdgroup of the 4- and 8-bit kernels: each lane loads its chunk
+// of x once and uses it for this many rows, so x is read from cache once per
+// QP_QROWS rows and QP_QROWS independent weight loads are in flight.
+#define QP_QROWS 4
+
+// float(q) for 0 <= q < 2^23, exact, without an int-to-float conversion
+// (2^23 + q has q in its mantissa).
+QP_DEVICE float qp_small_uint_to_float(uint q) { return qp_as_float(0x4B000000u | q) - 8388608.0f; }
+
+// sum over the 32/BITS elements of word q of q_k * x[k].
+template <int BITS>
+QP_DEVICE float qp_word_dot(uint q, const float* x) {
+    const uint mask = (1u << BITS) - 1u;
+    float dot = 0.0f;
+    QP_UNROLL
+    for (int k = 0; k < 32 / BITS; k++) {
+        dot += qp_small_uint_to_float((q >> (BITS * k)) & mask) * x[k];
+    }
+    return dot;
+}
+
+// 4 and 8 bits: simdgroup g of the group computes rows QP_QROWS*g ...;
+// lane l takes 16-byte chunks l, l+32, ... of each row (32 elements at 4
+// bits, 16 at 8): a chunk never straddles a quantization group, since
+// groups are >= 32 elements and multiples of the chunk. Rows past the end
+// are clamped to the last row (computed, never stored), so control flow
+// stays uniform.
+template <int BITS>
+QP_DEVICE void qp_gemv_q(QGemv p) {
+    const uint per = 128 / BITS; // elements per chunk
+    const uint wper = 32 / BITS; // elements per 32-bit word
+    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
+    if (row0 >= p.rows) {
+        return; // uniform per simdgroup
+    }
+    uint lane = QP_LANE;
+    ulong v = QP_GROUP_Y;
+    ulong rowBytes = ulong(p.cols) * BITS / 8;
+    ulong sRow = ulong(p.cols / p.group) * (p.stype == QP_F32 ? 4 : 2);
+    QP_GLOBAL const float* x = p.x + v * p.cols;
+    float acc[QP_QROWS];
+    QP_GLOBAL const uchar* wr[QP_QROWS];
+    QP_GLOBAL const uchar* sr[QP_QROWS];
+    QP_GLOBAL const uchar* br[QP_QROWS];
+    QP_UNROLL
+    for (uint j = 0; j < QP_QROWS; j++) {
+        ulong r = QP_MIN(row0 + j, p.rows - 1);
+        acc[j] = 0.0f;
+        wr[j] = p.w + r * rowBytes;
+        sr[j] = p.s + r * sRow;
+        br[j] = p.b + r * sRow;
+    }
+    uint chunks = p.cols / per;
+    for (uint c = lane; c < chunks; c += QP_SIMD) {
+        uint gi = (c * per) / p.group;
+        qp_uint4 q[QP_QROWS];
+        float s[QP_QROWS];
+        float b[QP_QROWS];
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            q[j] = qp_load_uint4(wr[j] + ulong(c) * 16);
+            s[j] = qp_load_float(sr[j], gi, p.stype);
+            b[j] = qp_load_float(br[j], gi, p.stype);
+        }
+        float xv[per];
+        QP_GLOBAL const float* xs = x + ulong(c) * per;
+        QP_UNROLL
+        for (uint k = 0; k < per; k += 4) {
+            qp_float4 f = qp_load_float4(xs + k);
+            xv[k] = f.x;
+            xv[k + 1] = f.y;
+            xv[k + 2] = f.z;
+            xv[k + 3] = f.w;
+        }
+        float xsum = 0.0f;
+        QP_UNROLL
+        for (uint k = 0; k < per; k++) {
+            xsum += xv[k];
+        }
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            float dot = qp_word_dot<BITS>(q[j].x, xv) + qp_word_dot<BITS>(q[j].y, xv + wper) +
+                        qp_word_dot<BITS>(q[j].z, xv + 2 * wper) + qp_word_dot<BITS>(q[j].w, xv + 3 * wper);
+            acc[j] += s[j] * dot + b[j] * xsum;
+        }
+    }
+    QP_UNROLL
+    for (uint j = 0; j < QP_QROWS; j++) {
+        float t = qp_simd_sum(acc[j]);
+        if (lane == 0 && row0 + j < p.rows) {
+            p.y[v * p.rows + row0 + j] = t;
+        }
+    }
+}
+
+QP_KERNEL gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
+
+QP_KERNEL gemv_q8(QGemv p) { qp_gemv_q<8>(p); }
+
+// Any width from 2 to 8 bits (used for 2, 3, 5 and 6): a row is one
+// little-endian bit stream, element i at bits [i*bits, (i+1)*bits). Eight
+// consecutive elements take exactly `bits` bytes, read bytewise; lane l
+// takes chunks l, l+32, ...
+QP_KERNEL gemv_qn(QGemv p) {
+    uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
+    if (row >= p.rows) {
+        return;
+    }
+    uint lane = QP_LANE;
+    ulong v = QP_GROUP_Y;
+    ulong groups = p.cols / p.group;
+    ulong esize = p.stype == QP_F32 ? 4 : 2;
+    QP_GLOBAL const uchar* w = p.w + ulong(row) * (ulong(p.cols) * p.bits / 8);
+    QP_GLOBAL const uchar* sp = p.s + ulong(row) * groups * esize;
+    QP_GLOBAL const uchar* bp = p.b + ulong(row) * groups * esize;
+    QP_GLOBAL const float* x = p.x + v * p.cols;
+    uint mask = (1u << p.bits) - 1u;
+    float acc = 0.0f;
+    uint chunks = p.cols / 8;
+    for (uint c = lane; c < chunks; c += QP_SIMD) {
+        QP_GLOBAL const uchar* cp = w + ulong(c) * p.bits;
+        ulong stream = 0;
+        for (uint j = 0; j < p.bits; j++) {
+            stream |= ulong(cp[j]) << (8 * j);
+        }
+        uint gi = (c * 8) / p.group;
+        float s = qp_load_float(sp, gi, p.stype);
+        float b = qp_load_float(bp, gi, p.stype);
+        QP_GLOBAL const float* xs = x + ulong(c) * 8;
+        float dot = 0.0f;
+        float xsum = 0.0f;
+        for (uint k = 0; k < 8; k++) {
+            float xv = xs[k];
+            dot += float(uint(stream >> (k * p.bits)) & mask) * xv;
+            xsum += xv;
+        }
+        acc += s * dot + b * xsum;
+    }
+    acc = qp_simd_sum(acc);
+    if (lane == 0) {
+        p.y[v * p.rows + row] = acc;
+    }
+}
+
+// Dense weights of type stype (float32, float16 or bfloat16), row-major.
+QP_KERNEL gemv_dense(QGemv p) {
+    uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
+    if (row >= p.rows) {
+        return;
+    }
+    uint lane = QP_LANE;
+    ulong v = QP_GROUP_Y;
+    ulong esize = p.stype == QP_F32 ? 4 : 2;
+    QP_GLOBAL const uchar* w = p.w + ulong(row) * p.cols * esize;
+    QP_GLOBAL const float* x = p.x + v * p.cols;
+    float acc = 0.0f;
+    for (uint i = lane; i < p.cols; i += QP_SIMD) {
+        acc += qp_load_float(w, i, p.stype) * x[i];
+    }
+    acc = qp_simd_sum(acc);
+    if (lane == 0) {
+        p.y[v * p.rows + row] = acc;
+    }
+}

@@ -1,0 +1,88 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The Go side writes each parameter struct field by field; the sizes it
+// checks against must be the ones the kernel source asserts.
+func TestParamStructSizes(t *testing.T) {
+	src := Source()
+	for name, size := range map[string]int{"QGemv": sizeQGemv, "RowNorm": sizeRowNorm, "Elem": sizeElem} {
+		re := regexp.MustCompile(`static_assert\(sizeof\(` + name + `\) == (\d+)|QP_STATIC_ASSERT\(sizeof\(` + name + `\) == (\d+)`)
+		m := re.FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("no size assertion for %s in the kernel source", name)
+			continue
+		}
+		if got := m[1] + m[2]; got != fmt.Sprint(size) {
+			t.Errorf("%s: kernel source asserts %s bytes, Go writes %d", name, got, size)
+		}
+	}
+	if !strings.Contains(src, fmt.Sprintf("#define QP_QROWS %d\n", qRows)) || !strings.Contains(src, fmt.Sprintf("#define QP_TG %d\n", tgThreads)) {
+		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
+	}
+	for _, k := range kernelNames {
+		if !strings.Contains(src, "QP_KERNEL "+k+"(") {
+			t.Errorf("kernel %s is not defined in the source", k)
+		}
+	}
+	// The bodies use the prelude's names only: no CUDA built-in outside
+	// the prelude, so a Metal prelude can take them later.
+	body := src[strings.Index(src, "// ---- kernels/10_common.cu"):]
+	for _, cudaOnly := range []string{"threadIdx", "blockIdx", "blockDim", "__syncthreads", "__shfl", "__global__", "__shared__", "asm("} {
+		if strings.Contains(body, cudaOnly) {
+			t.Errorf("kernel bodies use %s directly; use the prelude's macro", cudaOnly)
+		}
+	}
+}
+
+func TestParamsLayout(t *testing.T) {
+	p := params(nil).ptr(0x0102030405060708).u32(9).f32(1)
+	want := []byte{8, 7, 6, 5, 4, 3, 2, 1, 9, 0, 0, 0, 0, 0, 0x80, 0x3f}
+	if string(p) != string(want) {
+		t.Fatalf("params bytes % x, want % x", []byte(p), want)
+	}
+}
+
+func TestNVRTCCandidates(t *testing.T) {
+	env := map[string]string{"QPACK_NVRTC": "/opt/x/libnvrtc.so.13", "CUDA_HOME": "/opt/cuda"}
+	files := map[string][]string{
+		"/usr/local/cuda/lib64/libnvrtc.so.*": {"/usr/local/cuda/lib64/libnvrtc.so.12.4.99", "/usr/local/cuda/lib64/libnvrtc.so.13.0.48", "/usr/local/cuda/lib64/libnvrtc.so.13.alt"},
+		"/opt/cuda/lib64/libnvrtc.so.*":       {"/opt/cuda/lib64/libnvrtc.so.13.1"},
+	}
+	got := nvrtcCandidates(func(k string) string { return env[k] },
+		func(p string) ([]string, error) { return files[p], nil })
+	want := []string{"/opt/x/libnvrtc.so.13", "libnvrtc.so.13", "libnvrtc.so.12",
+		"/opt/cuda/lib64/libnvrtc.so.13.1", "/usr/local/cuda/lib64/libnvrtc.so.13.0.48", "/usr/local/cuda/lib64/libnvrtc.so.12.4.99"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("candidates\n%v\nwant\n%v", got, want)
+	}
+	// Every pattern must be valid for filepath.Glob.
+	for _, d := range nvrtcDirs(func(string) string { return "" }) {
+		if _, err := filepath.Glob(filepath.Join(d, "libnvrtc.so.*")); err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	}
+	if d := driverCandidates(func(k string) string { return map[string]string{"QPACK_CUDA_DRIVER": "/x/libcuda.so.1"}[k] }); d[0] != "/x/libcuda.so.1" || d[1] != "libcuda.so.1" {
+		t.Fatalf("driver candidates %v", d)
+	}
+}
+
+func TestErrorIs(t *testing.T) {
+	if !errors.Is(fmt.Errorf("x: %w", &Error{Call: "cuDeviceGetCount", Code: cudaErrorNoDevice, Name: "CUDA_ERROR_NO_DEVICE"}), ErrNoDevice) {
+		t.Error("CUDA_ERROR_NO_DEVICE is not ErrNoDevice")
+	}
+	e := &Error{Call: "cuMemAlloc_v2", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+	if errors.Is(e, ErrNoDevice) {
+		t.Error("out of memory reads as no device")
+	}
+	if s := e.Error(); !strings.Contains(s, "cuMemAlloc_v2") || !strings.Contains(s, "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("error text %q does not name the call and result", s)
+	}
+}
