@@ -57,11 +57,15 @@ func init() {
 	})
 }
 
-// resolveServeModel turns MODEL into a model directory. It accepts a
-// .qpack container or a checkpoint directory; the lead wires the repo-id
-// resolution of generate here.
+// resolveServeModel turns MODEL into a model directory: a .qpack
+// container, a checkpoint directory, or a Hub repo id whose snapshot (refs/main)
+// the Hugging Face cache holds, exactly as generate resolves it.
 var resolveServeModel = func(_ context.Context, arg string) (string, error) {
-	return arg, runner.CheckModelPath(arg)
+	ref, err := resolveModel(arg, "")
+	if err != nil {
+		return "", err
+	}
+	return ref.Path, runner.CheckModelPath(ref.Path)
 }
 
 // isLoopback reports whether host only listens on this machine.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -115,5 +116,20 @@ func TestServeUsageErrors(t *testing.T) {
 		if isLoopback(h) {
 			t.Fatal(h)
 		}
+	}
+}
+
+// serve takes MODEL as generate does: a repo id names its cached snapshot;
+// a repo that is not cached is exit 2 saying how to get it.
+func TestServeResolvesRepoID(t *testing.T) {
+	root, commit := fakeCache(t)
+	t.Setenv("HF_HUB_CACHE", root)
+	got, err := resolveServeModel(context.Background(), "org/tiny")
+	if want := filepath.Join(root, "models--org--tiny", "snapshots", commit); err != nil || got != want {
+		t.Fatalf("org/tiny: %q, %v; want %q", got, err, want)
+	}
+	_, err = resolveServeModel(context.Background(), "org/absent")
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "qpack download") {
+		t.Fatalf("org/absent: %v (exit %d)", err, exitCode(err))
 	}
 }
