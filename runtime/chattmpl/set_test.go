@@ -42,7 +42,13 @@ func TestSetForms(t *testing.T) {
 		`{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{% set b.y = a %}{% set b.z = [a, a] %}{{ b.y.x }}`: "1",
 		`{% set ns = namespace(c=0) %}{% for m in messages %}{% set ns.c = ns.c + 1 %}{% endfor %}{{ ns.c }}`:        "1",
 		`{% for m in messages %}{% set r = m.role %}{% endfor %}[{{ r }}]`:                                           "[]",
-		`{% set ns = namespace(a=none) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}{% endfor %}ok`:             "ok",
+		// A namespace reached through a list, a dict, another namespace
+		// or unpacking is still one.
+		`{% set ns = namespace(a=1) %}{% set l = [ns] %}{% for n in l %}{% set n.a = 2 %}{% endfor %}{{ ns.a }}`: "2",
+		`{% set ns = namespace(a=1) %}{% set o = namespace(b=ns) %}{% set x = o.b %}{% set x.a = 3 %}{{ ns.a }}`: "3",
+		`{% set ns = namespace(a=1) %}{% set d = {"k": ns} %}{% set x = d.k %}{% set x.a = 4 %}{{ ns.a }}`:       "4",
+		`{% set ns = namespace(a=1) %}{% set p, q = ns, 1 %}{% set p.a = 5 %}{{ ns.a }}`:                         "5",
+		`{% set ns = namespace(a=none) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}{% endfor %}ok`:         "ok",
 	}
 	for src, want := range cases {
 		got, err := renderSrc(t, src)
