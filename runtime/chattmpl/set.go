@@ -22,8 +22,8 @@ import (
 //
 // An attribute may be set only on a namespace (Jinja: "cannot assign
 // attribute on non-namespace object"), and a value whose graph reaches the
-// namespace it is stored in is refused; so is one nested deeper than
-// maxValueDepth or too large to check (maxValueNodes).
+// namespace it is stored in is refused; so is, for any target, one nested
+// deeper than maxValueDepth or too large (valuegraph.go).
 
 // namespace is what the template function namespace(...) makes: a map, as
 // gonja's own, of a type of its own so that set can tell it from a dict.
@@ -265,13 +265,17 @@ func (s *setStatement) assign(r *exec.Renderer, t *setTarget, value *exec.Value)
 			return fmt.Errorf("set %s.%s at line %d: cannot assign an attribute on a non-namespace object", t.name.Val, t.attr, s.location.Line)
 		}
 		v := value.Interface()
-		if err := checkStored(ns, v); err != nil {
+		if err := checkValue(ns, v); err != nil {
 			return fmt.Errorf("set %s.%s at line %d: %w", t.name.Val, t.attr, s.location.Line, err)
 		}
 		ns[t.attr] = v
 		return nil
 	default:
-		r.Environment.Context.Set(t.name.Val, value.Interface())
+		v := value.Interface()
+		if err := checkValue(nil, v); err != nil {
+			return fmt.Errorf("set %s at line %d: %w", t.name.Val, s.location.Line, err)
+		}
+		r.Environment.Context.Set(t.name.Val, v)
 		return nil
 	}
 }

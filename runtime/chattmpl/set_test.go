@@ -48,6 +48,7 @@ func TestSetForms(t *testing.T) {
 		`{% set ns = namespace(a=1) %}{% set o = namespace(b=ns) %}{% set x = o.b %}{% set x.a = 3 %}{{ ns.a }}`: "3",
 		`{% set ns = namespace(a=1) %}{% set d = {"k": ns} %}{% set x = d.k %}{% set x.a = 4 %}{{ ns.a }}`:       "4",
 		`{% set ns = namespace(a=1) %}{% set p, q = ns, 1 %}{% set p.a = 5 %}{{ ns.a }}`:                         "5",
+		`{% set a = [1] %}` + strings.Repeat(`{% set a = [a, a] %}`, 8) + `{{ a|tojson|length }}`:                "767",
 		`{% set ns = namespace(a=none) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}{% endfor %}ok`:         "ok",
 	}
 	for src, want := range cases {
@@ -88,6 +89,8 @@ func TestSetRefused(t *testing.T) {
 		`{% set a, b = 5 %}`:                              "non-iterable",
 		`{% set ns = namespace(a=none) %}{% for i in range(600) %}{% set ns.a = [ns.a] %}{% endfor %}`: "nests more than",
 	}
+	render[`{% set ns = namespace(a=1) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a }}`] = "expands to more than"
+	render[`{% set a = [1] %}`+strings.Repeat(`{% set a = [a, a] %}`, 40)+`{{ a }}`] = "expands to more than"
 	for src, want := range render {
 		out, err := renderSrc(t, src)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "line 1") {

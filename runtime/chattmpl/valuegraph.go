@@ -9,11 +9,15 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 )
 
-// Bounds on a value stored into a namespace attribute. Python's recursion
-// limit (1000 frames) stops Jinja printing much shallower values than
-// maxValueDepth; maxValueNodes bounds the work of the check.
+// Bounds on a value a set stores. Python's recursion limit (1000 frames)
+// stops Jinja printing much shallower values than maxValueDepth;
+// maxValueSize bounds what printing or iterating the value may visit (a
+// value sharing its parts can be far larger than its memory: each of
+// "{% set a = [a, a] %}" doubles it), and maxValueNodes the work of the
+// check.
 const (
 	maxValueDepth = 500
+	maxValueSize  = 1 << 22
 	maxValueNodes = 1 << 20
 )
 
@@ -30,92 +34,106 @@ type nodeID struct {
 
 var valueType = reflect.TypeOf(exec.Value{})
 
-// checkStored refuses v as a new attribute of ns when v's graph (through
-// maps, slices, arrays, pointers, interfaces, structs and gonja Values)
-// reaches ns, nests containers deeper than maxValueDepth, or has more than
-// maxValueNodes nodes. It walks without recursion, and each container once:
-// depth is the longest chain of containers, computed after a node's
-// children (the graph is acyclic, since every set that could close a cycle
-// is refused).
-func checkStored(ns namespace, v any) error {
-	target := reflect.ValueOf(ns).UnsafePointer()
+// measure is what checkValue knows of a finished node.
+type measure struct {
+	depth int   // longest chain of maps, slices and arrays, this one included
+	size  int64 // nodes visited when the value is walked as a tree
+}
+
+// checkValue refuses v as a value to store when its graph (through maps,
+// slices, arrays, pointers, interfaces, structs and gonja Values) reaches
+// ns (when ns is not nil: v is to become one of its attributes), nests
+// containers deeper than maxValueDepth, expands (as a tree) to more than
+// maxValueSize nodes, or has more than maxValueNodes distinct ones. It
+// walks without recursion and visits each container once, remembering its
+// measure; the graph is acyclic, since every set that could close a cycle
+// is refused.
+func checkValue(ns namespace, v any) error {
+	var target unsafe.Pointer
+	if ns != nil {
+		target = reflect.ValueOf(ns).UnsafePointer()
+	}
 	type frame struct {
 		v         reflect.Value
 		id        nodeID
 		children  []reflect.Value
 		next      int
-		depth     int // deepest child so far
+		acc       measure // over the children so far
 		container bool
 	}
-	depthOf := map[nodeID]int{} // finished containers
+	done := map[nodeID]measure{}
 	onStack := map[nodeID]bool{}
 	nodes := 0
 	var stack []*frame
-	// push visits v: it returns the depth of a finished or leaf node, or
-	// pushes a frame and returns -1.
-	push := func(v reflect.Value) (int, error) {
+	tooDeep := fmt.Errorf("the value nests more than %d deep", maxValueDepth)
+	// push visits v: it returns the measure of a finished or leaf node
+	// (true), or pushes a frame (false).
+	push := func(v reflect.Value) (measure, bool, error) {
 		nodes++
 		if nodes > maxValueNodes {
-			return 0, fmt.Errorf("the value has more than %d parts, too many to check", maxValueNodes)
+			return measure{}, false, fmt.Errorf("the value has more than %d parts, too many to check", maxValueNodes)
 		}
 		v, id, children, container := expand(v)
 		if container {
-			if id.ptr == target && v.Kind() == reflect.Map {
-				return 0, errCycle
+			if target != nil && id.ptr == target && v.Kind() == reflect.Map {
+				return measure{}, false, errCycle
 			}
 			if onStack[id] {
-				return 0, errCycle // a cycle not through ns: refuse it too
+				return measure{}, false, errCycle // a cycle not through ns: refuse it too
 			}
-			if d, ok := depthOf[id]; ok {
-				return d, nil
+			if m, ok := done[id]; ok {
+				return m, true, nil
 			}
 		} else if len(children) == 0 {
-			return 0, nil
+			return measure{size: 1}, true, nil
 		}
-		f := &frame{v: v, id: id, children: children, container: container}
+		if len(stack) >= 8*maxValueDepth {
+			return measure{}, false, tooDeep
+		}
 		if container {
 			onStack[id] = true
 		}
-		stack = append(stack, f)
-		return -1, nil
+		stack = append(stack, &frame{v: v, id: id, children: children, container: container})
+		return measure{}, false, nil
 	}
-	finish := func(f *frame) int {
-		d := f.depth
-		if f.container {
-			if k := f.v.Kind(); k == reflect.Map || k == reflect.Slice || k == reflect.Array {
-				d++
-			}
-			delete(onStack, f.id)
-			depthOf[f.id] = d
-		}
-		return d
+	add := func(acc *measure, m measure) {
+		acc.depth = max(acc.depth, m.depth)
+		acc.size = min(acc.size+m.size, maxValueSize+1)
 	}
-	if _, err := push(reflect.ValueOf(v)); err != nil {
+	if _, _, err := push(reflect.ValueOf(v)); err != nil {
 		return err
 	}
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
-		if f.next == len(f.children) {
-			stack = stack[:len(stack)-1]
-			d := finish(f)
-			if d > maxValueDepth {
-				return fmt.Errorf("the value nests more than %d deep", maxValueDepth)
+		if f.next < len(f.children) {
+			c := f.children[f.next]
+			f.next++
+			m, finished, err := push(c)
+			if err != nil {
+				return err
 			}
-			if len(stack) > 0 {
-				if p := stack[len(stack)-1]; d > p.depth {
-					p.depth = d
-				}
+			if finished {
+				add(&f.acc, m)
 			}
 			continue
 		}
-		c := f.children[f.next]
-		f.next++
-		d, err := push(c)
-		if err != nil {
-			return err
+		stack = stack[:len(stack)-1]
+		m := measure{depth: f.acc.depth, size: f.acc.size + 1}
+		if f.container {
+			if k := f.v.Kind(); k == reflect.Map || k == reflect.Slice || k == reflect.Array {
+				m.depth++
+			}
+			delete(onStack, f.id)
+			done[f.id] = m
 		}
-		if d > f.depth {
-			f.depth = d
+		switch {
+		case m.depth > maxValueDepth:
+			return tooDeep
+		case m.size > maxValueSize:
+			return fmt.Errorf("the value expands to more than %d parts (it repeats parts of itself)", maxValueSize)
+		}
+		if len(stack) > 0 {
+			add(&stack[len(stack)-1].acc, m)
 		}
 	}
 	return nil
