@@ -141,9 +141,6 @@ func parseSetTarget(args *parser.Parser) (*setTarget, error) {
 	}
 	t := &setTarget{tuple: []*setTarget{first}}
 	for args.Match(tokens.Comma) != nil {
-		if args.Current(tokens.Assign) != nil || args.End() {
-			break
-		}
 		next, err := parseSetName(args)
 		if err != nil {
 			return nil, err
