@@ -26,7 +26,8 @@ import (
 //     do extension), so data cannot be made to contain itself through them;
 //   - brackets and block tags nest at most maxNesting deep in the source;
 //   - set is ours (set.go): it refuses a namespace attribute whose value
-//     would contain the namespace, or nest without bound.
+//     would contain the namespace, and any value that nests or expands
+//     past the bounds in valuegraph.go.
 
 const (
 	maxMacroDepth = 64
