@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // FileName is the name of the config file in a checkpoint or container.
@@ -26,7 +27,7 @@ func Load(dir string) (*Config, error) {
 
 // ReadFile reads a config file of at most MaxBytes.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := regfile.Open(path) // never blocks on a FIFO
 	if err != nil {
 		return nil, err
 	}

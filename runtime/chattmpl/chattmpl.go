@@ -27,6 +27,8 @@ import (
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // Limits on untrusted input.
@@ -290,20 +292,10 @@ func loadDirTemplate(dir string) (*Template, error) {
 	return nil, fmt.Errorf("chattmpl: %s: %w", dir, ErrNoTemplate)
 }
 
+// readBounded reads a regular file of at most limit bytes, without
+// blocking on a FIFO.
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
-	}
-	return data, nil
+	return regfile.ReadFile(path, limit)
 }
 
 // FromConfig reads the "chat_template" field of a tokenizer_config.json (or

@@ -24,9 +24,10 @@ import (
 //   - the "do" statement and the list/dict methods that mutate are not
 //     offered (transformers renders in Jinja's immutable sandbox, without the
 //     do extension), so data cannot be made to contain itself through them;
-//   - brackets and block tags nest at most maxNesting deep in the source.
-// What remains possible is a namespace attribute set to the namespace
-// itself and then printed; no chat template does that.
+//   - brackets and block tags nest at most maxNesting deep in the source;
+//   - set is ours (set.go): it refuses a namespace attribute whose value
+//     would contain the namespace, and any value that nests or expands
+//     past the bounds in valuegraph.go.
 
 const (
 	maxMacroDepth = 64
@@ -38,6 +39,7 @@ var refusedTags = []string{"include", "import", "from", "extends", "block", "do"
 func controlStructureSet() *exec.ControlStructureSet {
 	cs := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{})
 	cs.Update(builtins.ControlStructures)
+	must(cs.Replace("set", setParser))
 	for _, name := range refusedTags {
 		name := name
 		refuse := func(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // Stopper decides when generation ends: on an EOS id, or when the decoded
@@ -210,24 +211,11 @@ func LoadEOS(dir string) ([]int, error) {
 // readBounded reads a small config file, refusing anything but a regular
 // file (a FIFO would block the open) and more than maxConfigSize bytes.
 func readBounded(path string) ([]byte, error) {
-	if st, err := os.Stat(path); err != nil {
-		return nil, err
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("sample: %s: not a regular file", path)
+	data, err := regfile.ReadFile(path, maxConfigSize)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("sample: %w", err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("sample: %s: %w", path, err)
-	}
-	if len(data) > maxConfigSize {
-		return nil, fmt.Errorf("sample: %s: more than %d bytes", path, maxConfigSize)
-	}
-	return data, nil
+	return data, err
 }
 
 // GenerationConfig is the sampling part of a generation_config.json. A

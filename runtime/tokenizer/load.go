@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/dlclark/regexp2"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // Limits on untrusted tokenizer.json input.
@@ -32,18 +33,11 @@ const GPT2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]
 
 // Load reads and validates a tokenizer.json file.
 func Load(path string) (*Tokenizer, error) {
-	f, err := os.Open(path)
+	f, st, err := regfile.Open(path) // never blocks on a FIFO
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("tokenizer: %s: not a regular file", path)
-	}
 	if st.Size() > MaxFileSize {
 		return nil, fmt.Errorf("tokenizer: %s: %d bytes, more than the %d allowed", path, st.Size(), MaxFileSize)
 	}
