@@ -85,6 +85,9 @@ func New(configJSON []byte, seed uint64, shardBytes int64) (*Checkpoint, error) 
 func byteSize(s safetensors.Spec) (int64, error) {
 	n := int64(s.DType.Size())
 	for _, d := range s.Shape {
+		if d <= 0 || n > (1<<50)/d {
+			return 0, fmt.Errorf("synthmlx: tensor %s: shape %v too large", s.Name, s.Shape)
+		}
 		n *= d
 	}
 	if n <= 0 {

@@ -25,6 +25,13 @@ type tensorSpec struct {
 	width int     // bytes of value used
 }
 
+// Bounds on the layout's size (the layout is held in memory: a few hundred
+// bytes per tensor).
+const (
+	maxLayers  = 1024
+	maxExperts = 1 << 14
+)
+
 // dims are the text-model fields of config.json that shape the tensors.
 type dims struct {
 	modelType                          string
@@ -85,12 +92,15 @@ func parseDims(configJSON []byte) (*dims, error) {
 			}
 			continue
 		}
-		if err := json.Unmarshal(raw, f.dst); err != nil || *f.dst < 0 || *f.dst > 1<<24 {
-			return nil, fmt.Errorf("config.json: %s: not a count (%s)", f.key, raw)
+		if err := json.Unmarshal(raw, f.dst); err != nil || *f.dst < 0 || *f.dst > 1<<20 {
+			return nil, fmt.Errorf("config.json: %s: not a count up to 2^20 (%.40s)", f.key, raw)
 		}
 		if f.need && *f.dst == 0 {
 			return nil, fmt.Errorf("config.json: %s is 0", f.key)
 		}
+	}
+	if d.layers > maxLayers || d.experts > maxExperts {
+		return nil, fmt.Errorf("config.json: %d layers of %d experts: at most %d layers of %d", d.layers, d.experts, maxLayers, maxExperts)
 	}
 	if raw, ok := text["layer_types"]; ok {
 		if err := json.Unmarshal(raw, &d.layerTypes); err != nil || len(d.layerTypes) < d.layers {
