@@ -86,6 +86,7 @@ type opts struct {
 	caches            []int64
 	prompt, tokens    int
 	conns             int
+	hubCap            int64
 	seed              uint64
 	shard             int64
 	layers            int
@@ -105,6 +106,7 @@ func main() {
 	flag.StringVar(&caches, "caches", "2GiB,4GiB", "expert cache budgets to generate with, comma separated")
 	flag.IntVar(&o.prompt, "prompt", 512, "prompt tokens (about)")
 	flag.IntVar(&o.tokens, "tokens", 64, "tokens to generate")
+	flag.Int64Var(&o.hubCap, "hub-cap", 0, "cap of the fake Hub per connection, bytes/s (0: none; the real Hub gives one machine about 10-100 MB/s per connection)")
 	flag.IntVar(&o.conns, "connections", 8, "connections of the repack and of the baseline download")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic weights")
 	flag.Int64Var(&o.shard, "shard-bytes", 5_000_000_000, "tensor bytes per shard (mlx-lm's default 5 GB)")
@@ -239,7 +241,7 @@ func run(ctx context.Context, o opts) error {
 	if err != nil {
 		return err
 	}
-	hub, err := hubtest.NewServer(hubtest.Config{})
+	hub, err := hubtest.NewServer(hubtest.Config{BandwidthPerConn: o.hubCap})
 	if err != nil {
 		return err
 	}
@@ -260,7 +262,7 @@ func run(ctx context.Context, o opts) error {
 	var figs []figure
 
 	// repack against a plain download of the same bytes
-	logf("plain parallel download of %.2f GB (%d connections)", float64(total)/1e9, o.conns)
+	logf("plain parallel download of %.2f GB (%d connections, cap per connection %d B/s, 0: none)", float64(total)/1e9, o.conns, o.hubCap)
 	dl, err := plainDownload(ctx, hub.URL, m.repo, ck.Shards, o.conns)
 	if err != nil {
 		return fmt.Errorf("baseline download: %w", err)
@@ -273,7 +275,7 @@ func run(ctx context.Context, o opts) error {
 	}
 	logf("repack: %.1fs (CPU %.1fs), peak RSS %.1f MiB", rp.secs, rp.cpu, float64(rp.rss)/(1<<20))
 	figs = append(figs, figure{Name: "repack --from-hf (fake Hub, loopback)", Seconds: rp.secs, CPU: rp.cpu, Bytes: total, PeakRSS: rp.rss,
-		Baseline: fmt.Sprintf("plain parallel download to nowhere, %d connections", o.conns), BaseSecs: dl, Ratio: rp.secs / dl,
+		Baseline: fmt.Sprintf("plain parallel download to nowhere, %d connections (cap %d B/s each, 0: none)", o.conns, o.hubCap), BaseSecs: dl, Ratio: rp.secs / dl,
 		Note: "ratio = wall time / baseline's (goal <= 1.05); goal peak RSS <= 128 MiB"})
 
 	// verify-install against b3sum, both cold
