@@ -103,7 +103,7 @@ func parseDims(configJSON []byte) (*dims, error) {
 		return nil, fmt.Errorf("config.json: %d layers of %d experts: at most %d layers of %d", d.layers, d.experts, maxLayers, maxExperts)
 	}
 	if raw, ok := text["layer_types"]; ok {
-		if err := json.Unmarshal(raw, &d.layerTypes); err != nil || len(d.layerTypes) < d.layers {
+		if err := json.Unmarshal(raw, &d.layerTypes); err != nil || len(d.layerTypes) != d.layers {
 			return nil, fmt.Errorf("config.json: layer_types: want %d strings", d.layers)
 		}
 	} else if d.fullEvery == 0 {

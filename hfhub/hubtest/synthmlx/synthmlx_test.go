@@ -31,7 +31,10 @@ func smallConfig(t testing.TB, file string) []byte {
 		text = tc
 	}
 	text["num_hidden_layers"] = 4
-	text["num_experts"] = 8
+	if lt, ok := text["layer_types"].([]any); ok {
+		text["layer_types"] = lt[:4]
+	}
+	text["num_experts"] = 16
 	text["vocab_size"] = 512
 	out, err := json.Marshal(top)
 	if err != nil {
