@@ -88,8 +88,20 @@ type blob struct {
 	pointerOID string // git blob id of the pointer: the tree "oid" of an LFS file
 }
 
+// Digested is a Content that knows its own git blob id and SHA-256 (hex),
+// so that serving it does not read it all first (generated files of tens
+// of GB); the server trusts them.
+type Digested interface {
+	Content
+	Digests() (gitSHA1, sha256 string)
+}
+
 func newBlob(c Content, lfs bool) (*blob, error) {
 	size := c.Size()
+	if d, ok := c.(Digested); ok {
+		g, s := d.Digests()
+		return finishBlob(&blob{content: c, size: size, gitSHA1: g, sha256: s, lfs: lfs}), nil
+	}
 	g := sha1.New()
 	fmt.Fprintf(g, "blob %d\x00", size)
 	s := sha256.New()
@@ -103,12 +115,16 @@ func newBlob(c Content, lfs bool) (*blob, error) {
 			return nil, err
 		}
 	}
-	b := &blob{content: c, size: size, gitSHA1: hex.EncodeToString(g.Sum(nil)), sha256: hex.EncodeToString(s.Sum(nil)), lfs: lfs}
-	if lfs {
-		b.pointer = []byte("version https://git-lfs.github.com/spec/v1\noid sha256:" + b.sha256 + "\nsize " + strconv.FormatInt(size, 10) + "\n")
+	return finishBlob(&blob{content: c, size: size, gitSHA1: hex.EncodeToString(g.Sum(nil)), sha256: hex.EncodeToString(s.Sum(nil)), lfs: lfs}), nil
+}
+
+// finishBlob adds the LFS pointer of an LFS blob.
+func finishBlob(b *blob) *blob {
+	if b.lfs {
+		b.pointer = []byte("version https://git-lfs.github.com/spec/v1\noid sha256:" + b.sha256 + "\nsize " + strconv.FormatInt(b.size, 10) + "\n")
 		b.pointerOID = gitBlobID(b.pointer)
 	}
-	return b, nil
+	return b
 }
 
 // oid is what the tree listing and ETag call this file: the git blob id of
