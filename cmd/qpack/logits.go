@@ -193,7 +193,9 @@ func logitsAction(c *cli.Context) error {
 	if res.Output != "" {
 		fmt.Fprintf(tw, "wrote %s\n", res.Output)
 	}
-	fmt.Fprintf(c.App.ErrWriter, "backend: %s\n", res.Backend)
+	if flags.backend != "cpu" { // asked for a GPU or auto: say which ran
+		fmt.Fprintf(c.App.ErrWriter, "backend: %s\n", res.Backend)
+	}
 	return tw.Flush()
 }
 
