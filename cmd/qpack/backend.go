@@ -1,43 +1,152 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	goruntime "runtime"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/qpack-go/qpack/cuda"
 	"github.com/qpack-go/qpack/metal"
 	"github.com/qpack-go/qpack/runtime"
 )
 
+// backendChoices is what --backend accepts, for the help text and the
+// error of an unknown name.
+const backendChoices = "cpu, metal, cuda or auto"
+
 // backendFlag is the --backend flag of the commands that run a model
-// (generate, chat, logits).
+// (generate, chat, logits, serve).
 func backendFlag() cli.Flag {
 	return &cli.StringFlag{Name: "backend", Value: "cpu",
-		Usage: "compute backend: cpu (pure Go, every platform) or metal (Apple GPU, macOS)"}
+		Usage: "compute backend: " + backendChoices + ". cpu: pure Go, every platform; metal: Apple GPU, macOS; " +
+			"cuda: NVIDIA GPU, Linux (the driver and NVRTC are loaded at run time); " +
+			"auto: metal on macOS or cuda on Linux when a device opens, else cpu"}
 }
 
-// selectBackend returns the backend --backend names. A backend that holds a
-// device (metal) implements io.Closer: release it with closeBackend when the
-// model is closed.
+// gpuOpeners open the GPU backends --backend names, returning the backend
+// and its device's name.
+var gpuOpeners = map[string]func() (runtime.Backend, string, error){
+	"metal": func() (runtime.Backend, string, error) {
+		b, err := metal.New()
+		if err != nil {
+			return nil, "", err
+		}
+		return b, b.Name(), nil
+	},
+	"cuda": func() (runtime.Backend, string, error) {
+		b, err := cuda.New()
+		if err != nil {
+			return nil, "", err
+		}
+		return b, b.Name(), nil
+	},
+}
+
+// autoOrder is the GPU backend --backend auto tries on goos, if any.
+func autoOrder(goos string) string {
+	switch goos {
+	case "darwin":
+		return "metal"
+	case "linux":
+		return "cuda"
+	}
+	return ""
+}
+
+// backendError is a GPU backend that did not open. A missing device,
+// driver or OS support is the user's choice of backend, so exit 2; any other
+// failure (a kernel that does not compile) is the work failing, exit 1.
+func backendError(name string, err error) error {
+	code := exitFailure
+	if errors.Is(err, cuda.ErrNoDevice) || errors.Is(err, metal.ErrUnsupported) {
+		code = exitUsage
+	}
+	msg := fmt.Errorf("--backend %s: %w", name, err)
+	if name == "cuda" && code == exitUsage {
+		msg = fmt.Errorf("%w (QPACK_CUDA_DRIVER and QPACK_NVRTC name the libraries if they are installed elsewhere)", msg)
+	}
+	return withCode(code, msg)
+}
+
+// selectBackend returns the backend --backend names; its error carries the
+// exit code. A backend that holds a device (metal, cuda) implements
+// io.Closer: release it with closeBackend when the model is closed.
 func selectBackend(name string) (runtime.Backend, error) {
 	switch name {
 	case "", "cpu":
 		return runtime.CPU{}, nil
-	case "metal":
-		b, err := metal.New()
-		if err != nil {
-			return nil, fmt.Errorf("--backend metal: %w", err)
+	case "auto":
+		gpu := autoOrder(goruntime.GOOS)
+		if gpu == "" {
+			slog.Info("backend auto: cpu", "reason", "no GPU backend for "+goruntime.GOOS)
+			return runtime.CPU{}, nil
 		}
-		slog.Debug("metal backend", "device", b.Name())
+		b, dev, err := gpuOpeners[gpu]()
+		if err != nil {
+			slog.Info("backend auto: cpu", "reason", gpu+" did not open", "err", err)
+			return runtime.CPU{}, nil
+		}
+		slog.Info("backend auto: "+gpu, "device", dev)
 		return b, nil
 	}
-	return nil, fmt.Errorf("--backend %q: want cpu or metal", name)
+	open, ok := gpuOpeners[name]
+	if !ok {
+		return nil, withCode(exitUsage, fmt.Errorf("--backend %q: want %s", name, backendChoices))
+	}
+	b, dev, err := open()
+	if err != nil {
+		return nil, backendError(name, err)
+	}
+	slog.Debug("backend "+name, "device", dev)
+	return b, nil
 }
 
-// closeBackend releases what selectBackend opened.
+// backendInfo says which backend ran a command (the summary and --json
+// "backend"): its name, the device, and for cuda what it launched and how
+// many calls fell back to the CPU after a device error.
+type backendInfo struct {
+	Name      string `json:"name"`
+	Device    string `json:"device,omitempty"`
+	Launches  int64  `json:"kernel_launches,omitempty"`
+	Fallbacks int64  `json:"cpu_fallbacks"`
+}
+
+// describeBackend fills backendInfo from b, as it stands now.
+func describeBackend(b runtime.Backend) *backendInfo {
+	switch b := b.(type) {
+	case *cuda.Backend:
+		st := b.Stats()
+		return &backendInfo{Name: "cuda", Device: b.Name(), Launches: st.Launches, Fallbacks: st.Fallbacks}
+	case *metal.Backend:
+		return &backendInfo{Name: "metal", Device: b.Name()}
+	case nil:
+		return nil
+	}
+	return &backendInfo{Name: "cpu"}
+}
+
+// String is the summary's line, e.g. "cuda (NVIDIA H200 (sm_90, 132 SMs),
+// 812 kernel launches, 0 CPU fallbacks)".
+func (i *backendInfo) String() string {
+	switch {
+	case i.Name == "cuda":
+		return fmt.Sprintf("cuda (%s, %d kernel launches, %d CPU fallbacks)", i.Device, i.Launches, i.Fallbacks)
+	case i.Device != "":
+		return fmt.Sprintf("%s (%s)", i.Name, i.Device)
+	}
+	return i.Name
+}
+
+// closeBackend releases what selectBackend opened, saying first if a GPU
+// backend had to compute on the CPU after a device error.
 func closeBackend(b runtime.Backend) {
+	if cb, ok := b.(*cuda.Backend); ok && cb.Err() != nil {
+		slog.Warn("cuda: calls were computed on the CPU after a device error", "fallbacks", cb.Stats().Fallbacks, "err", cb.Err())
+	}
 	if c, ok := b.(io.Closer); ok {
 		if err := c.Close(); err != nil {
 			slog.Warn("closing the backend", "err", err)

@@ -1,45 +1,86 @@
 package main
 
 import (
-	goruntime "runtime"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/qpack-go/qpack/cuda"
+	"github.com/qpack-go/qpack/metal"
 	"github.com/qpack-go/qpack/runtime"
 )
 
 func TestSelectBackend(t *testing.T) {
-	b, err := selectBackend("cpu")
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"", "cpu"} {
+		b, err := selectBackend(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.(runtime.CPU); !ok {
+			t.Fatalf("%q gave %T", name, b)
+		}
+		if got := describeBackend(b).String(); got != "cpu" {
+			t.Errorf("%q described as %q", name, got)
+		}
 	}
-	if _, ok := b.(runtime.CPU); !ok {
-		t.Fatalf("cpu gave %T", b)
-	}
-	if _, err := selectBackend("gpu"); err == nil || !strings.Contains(err.Error(), "want cpu or metal") {
-		t.Fatalf("unknown backend: %v", err)
-	}
-	if goruntime.GOOS != "darwin" {
-		_, err := selectBackend("metal")
-		if err == nil || !strings.Contains(err.Error(), "needs macOS with an Apple GPU; use --backend cpu") {
-			t.Fatalf("metal on %s: %v", goruntime.GOOS, err)
+	for _, name := range []string{"gpu", "CUDA", "cpu ", "metal,cuda"} {
+		_, err := selectBackend(name)
+		if err == nil || !strings.Contains(err.Error(), "want cpu, metal, cuda or auto") || exitCode(err) != exitUsage {
+			t.Errorf("%q: %v (exit %d), want the choices and exit 2", name, err, exitCode(err))
 		}
 	}
 }
 
-func TestLogitsBackendFlag(t *testing.T) {
-	if goruntime.GOOS == "darwin" {
-		t.Skip("metal may be available here")
+func TestAutoOrder(t *testing.T) {
+	for goos, want := range map[string]string{"darwin": "metal", "linux": "cuda", "windows": "", "freebsd": ""} {
+		if got := autoOrder(goos); got != want {
+			t.Errorf("auto on %s tries %q, want %q", goos, got, want)
+		}
+		if want != "" && gpuOpeners[want] == nil {
+			t.Errorf("auto on %s names %q, which has no opener", goos, want)
+		}
 	}
-	out, err := runLogitsCLI(t, logitsModel, "--tokens", "1,2", "--backend", "metal")
-	if err == nil || !strings.Contains(err.Error(), "use --backend cpu") {
-		t.Fatalf("logits --backend metal on %s: err %v, output %s", goruntime.GOOS, err, out)
+}
+
+// A GPU backend that is not there is the user's choice (exit 2) and says
+// what to use; any other failure to open one is the work failing (exit 1).
+func TestBackendErrorCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int
+		want []string
+	}{
+		{"cuda", cuda.ErrNoDevice, exitUsage, []string{"--backend cuda:", "use --backend cpu", "QPACK_CUDA_DRIVER"}},
+		{"cuda", &cuda.Error{Call: "cuInit", Code: 100, Name: "CUDA_ERROR_NO_DEVICE"}, exitUsage, []string{"CUDA_ERROR_NO_DEVICE"}},
+		{"cuda", &cuda.Error{Call: "nvrtcCompileProgram", Code: 6, Name: "NVRTC_ERROR_COMPILATION"}, exitFailure, []string{"--backend cuda:", "nvrtcCompileProgram"}},
+		{"metal", metal.ErrUnsupported, exitUsage, []string{"--backend metal:", "use --backend cpu"}},
+		{"metal", errors.New("metal: no kernel gemv"), exitFailure, []string{"no kernel gemv"}},
+	} {
+		err := backendError(tc.name, tc.err)
+		if got := exitCode(err); got != tc.code {
+			t.Errorf("%s %v: exit %d, want %d", tc.name, tc.err, got, tc.code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", tc.name, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: message is not one line: %q", tc.name, err)
+		}
 	}
-	if ee, ok := err.(*exitError); !ok || ee.code != 2 {
-		t.Fatalf("exit error %#v, want code 2", err)
+}
+
+func TestDescribeBackend(t *testing.T) {
+	if describeBackend(nil) != nil {
+		t.Error("nil backend described")
 	}
-	out, err = runLogitsCLI(t, logitsModel, "--backend", "cpu", "--tokens", "1,2", "--json")
-	if err != nil || !strings.Contains(out, "\"greedy\"") {
-		t.Fatalf("logits --backend cpu: %v\n%s", err, out)
+	i := &backendInfo{Name: "cuda", Device: "NVIDIA H200 (sm_90, 132 SMs)", Launches: 7, Fallbacks: 1}
+	if got, want := i.String(), "cuda (NVIDIA H200 (sm_90, 132 SMs), 7 kernel launches, 1 CPU fallbacks)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := (&backendInfo{Name: "metal", Device: "Apple M3"}).String(); got != "metal (Apple M3)" {
+		t.Errorf("metal: %q", got)
 	}
 }

@@ -60,6 +60,7 @@ func (cr *chatRun) turn(ctx context.Context, user string) (*runReport, error) {
 	}
 	rep := newRunReport(cr.r, res, s.gen.Sample)
 	rep.Sampling, rep.ChatTemplate, rep.PromptIDs = s.sampling, s.template, ids
+	rep.Backend = describeBackend(s.backend)
 	cr.reports = append(cr.reports, chatTurn{User: user, runReport: rep})
 	return rep, err
 }

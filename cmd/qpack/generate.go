@@ -164,7 +164,7 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 	s.gen.Stop = l.StringSlice("stop")
 	be, err := selectBackend(l.String("backend"))
 	if err != nil {
-		return nil, withCode(2, err)
+		return nil, err // its exit code: 2 for no device, 1 for a failure
 	}
 	s.opts.Backend, s.backend = be, be
 	if l.Bool("verify-experts") {
@@ -414,6 +414,7 @@ func generateAction(c *cli.Context) error {
 	}
 	rep := newRunReport(r, res, s.gen.Sample)
 	rep.Sampling, rep.PromptIDs, rep.ChatTemplate = s.sampling, ids, chat
+	rep.Backend = describeBackend(s.backend)
 	if s.json {
 		if jerr := writeJSON(out, struct {
 			Model     string `json:"model"`
@@ -507,21 +508,22 @@ type runReport struct {
 	Sampling *samplingReport `json:"sampling,omitempty"`
 	// ChatTemplate says whether the prompt was wrapped in the model's
 	// chat template; PromptIDs are the tokens prefilled.
-	ChatTemplate      bool        `json:"chat_template"`
-	PromptIDs         []int       `json:"prompt_token_ids,omitempty"`
-	PrefillSeconds    float64     `json:"prefill_seconds"`
-	PrefillTokPerSec  float64     `json:"prefill_tok_per_sec"`
-	DecodeSeconds     float64     `json:"decode_seconds"`
-	DecodeForward     int         `json:"decode_forward_passes"`
-	DecodeTokPerSec   float64     `json:"decode_tok_per_sec"`
-	PeakRSSBytes      int64       `json:"peak_rss_bytes"`
-	DenseBytes        int64       `json:"dense_bytes"`
-	ExpertCacheBytes  int64       `json:"expert_cache_bytes"`
-	IO                string      `json:"io"`
-	HitRate           float64     `json:"expert_cache_hit_rate"`
-	BytesReadPerToken float64     `json:"bytes_read_per_token"`
-	Prefill           cacheReport `json:"prefill_cache"`
-	Decode            cacheReport `json:"decode_cache"`
+	ChatTemplate      bool         `json:"chat_template"`
+	PromptIDs         []int        `json:"prompt_token_ids,omitempty"`
+	PrefillSeconds    float64      `json:"prefill_seconds"`
+	PrefillTokPerSec  float64      `json:"prefill_tok_per_sec"`
+	DecodeSeconds     float64      `json:"decode_seconds"`
+	DecodeForward     int          `json:"decode_forward_passes"`
+	DecodeTokPerSec   float64      `json:"decode_tok_per_sec"`
+	PeakRSSBytes      int64        `json:"peak_rss_bytes"`
+	DenseBytes        int64        `json:"dense_bytes"`
+	ExpertCacheBytes  int64        `json:"expert_cache_bytes"`
+	IO                string       `json:"io"`
+	HitRate           float64      `json:"expert_cache_hit_rate"`
+	BytesReadPerToken float64      `json:"bytes_read_per_token"`
+	Prefill           cacheReport  `json:"prefill_cache"`
+	Decode            cacheReport  `json:"decode_cache"`
+	Backend           *backendInfo `json:"backend,omitempty"`
 }
 
 func newRunReport(r *runner.Runner, res *runner.Result, p sample.Params) *runReport {
@@ -564,6 +566,9 @@ func (p *runReport) print(w io.Writer) {
 	fmt.Fprintf(w, "experts: hit rate %.1f%% | decode: hit rate %.1f%%, %s read per token, read p50 %.2f ms p99 %.2f ms | prefill: %d reads, %s\n",
 		100*p.HitRate, 100*p.Decode.HitRate, gib(int64(p.BytesReadPerToken)), p.Decode.ReadP50Ms, p.Decode.ReadP99Ms,
 		p.Prefill.Reads, gib(p.Prefill.BytesRead))
+	if p.Backend != nil {
+		fmt.Fprintf(w, "backend: %s\n", p.Backend)
+	}
 	if d := p.Decode; d.SpecGuessed > 0 {
 		fmt.Fprintf(w, "speculation: %.0f%% of the decode experts guessed before attention; %d reads ahead, %d useful, %d cancelled, %s read for wrong guesses\n",
 			100*float64(d.SpecCorrect)/float64(max(d.SpecTargets, 1)), d.SpecReads, d.SpecUseful, d.SpecCancelled, gib(d.SpecWastedBytesRead))

@@ -64,14 +64,15 @@ func parseTokens(s string) ([]int, error) {
 }
 
 type logitsResult struct {
-	Model     string    `json:"model"`
-	ModelType string    `json:"model_type"`
-	Vocab     int       `json:"vocab_size"`
-	Layers    int       `json:"layers"`
-	Tokens    []int     `json:"tokens"`
-	Greedy    []int     `json:"greedy"`
-	TopLogit  []float32 `json:"top_logit"`
-	Output    string    `json:"output,omitempty"`
+	Model     string       `json:"model"`
+	ModelType string       `json:"model_type"`
+	Vocab     int          `json:"vocab_size"`
+	Layers    int          `json:"layers"`
+	Tokens    []int        `json:"tokens"`
+	Greedy    []int        `json:"greedy"`
+	TopLogit  []float32    `json:"top_logit"`
+	Output    string       `json:"output,omitempty"`
+	Backend   *backendInfo `json:"backend"`
 }
 
 // logitsFlags are the command's flag values; flags may also follow MODEL
@@ -132,7 +133,7 @@ func logitsAction(c *cli.Context) error {
 	dump := flags.dump
 	be, err := selectBackend(flags.backend)
 	if err != nil {
-		return withCode(2, err)
+		return err // its exit code: 2 for no device, 1 for a failure
 	}
 	defer closeBackend(be)
 	// The ids are checked against the vocabulary before the weights load.
@@ -174,6 +175,7 @@ func logitsAction(c *cli.Context) error {
 		}
 		res.Greedy[t], res.TopLogit[t] = best, row[best]
 	}
+	res.Backend = describeBackend(be)
 	if res.Output != "" {
 		if err := writeLogits(res.Output, tokens, res.Greedy, logits, V, H, hidden); err != nil {
 			return err
@@ -190,6 +192,9 @@ func logitsAction(c *cli.Context) error {
 	}
 	if res.Output != "" {
 		fmt.Fprintf(tw, "wrote %s\n", res.Output)
+	}
+	if flags.backend != "cpu" { // asked for a GPU or auto: say which ran
+		fmt.Fprintf(c.App.ErrWriter, "backend: %s\n", res.Backend)
 	}
 	return tw.Flush()
 }

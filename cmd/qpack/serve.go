@@ -159,7 +159,7 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 	}
 	s.run.model = model
 	if s.run.backend, err = selectBackend(l.String("backend")); err != nil {
-		return nil, withCode(2, err)
+		return nil, err // its exit code: 2 for no device, 1 for a failure
 	}
 	s.run.opts.Backend = s.run.backend
 	if l.Bool("verify-experts") {
@@ -216,7 +216,7 @@ func serveAction(c *cli.Context) error {
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	fmt.Fprintf(c.App.ErrWriter, "qpack serve: http://%s/v1 (model id %q), loading %s\n", ln.Addr(), s.cfg.ModelID, s.model)
+	fmt.Fprintf(c.App.ErrWriter, "qpack serve: http://%s/v1 (model id %q), loading %s, backend %s\n", ln.Addr(), s.cfg.ModelID, s.model, describeBackend(s.run.backend))
 
 	type load struct {
 		r   *runner.Runner
