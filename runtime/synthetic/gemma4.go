@@ -129,7 +129,10 @@ func gemmaGen(d GemmaDims, seed uint64) *gen {
 // gemmaDense draws every tensor but the routed experts.
 func gemmaDense(g *gen, d GemmaDims) error {
 	H := d.Hidden
-	if err := g.bigLinear(gemmaPrefix+"embed_tokens", 0, d.Vocab, H, math.Sqrt(3/float64(H))); err != nil {
+	// Every row distinct (Unique is for the experts): with a few distinct
+	// rows the whole vocabulary would share a few inputs, and attention's
+	// averages would make the routing settle on a few experts.
+	if err := g.rowBlocks(gemmaPrefix+"embed_tokens", d.Vocab, H, math.Sqrt(3/float64(H))); err != nil {
 		return err
 	}
 	norm := func(n int) []float32 { // Gemma 4 norms multiply by w itself
@@ -172,6 +175,41 @@ func gemmaDense(g *gen, d GemmaDims) error {
 		}
 		g.vector(p+"router.scale", norm(H), int64(H))
 		g.vector(p+"router.per_expert_scale", norm(d.Experts), int64(d.Experts))
+	}
+	return nil
+}
+
+// rowBlocks draws and stores a [rows, cols] matrix of distinct rows, 4096
+// rows at a time, so that a real vocabulary's float draws (738M values for
+// Gemma 4's embedding) are never all in memory at once.
+func (g *gen) rowBlocks(module string, rows, cols int, a float64) error {
+	const block = 4096
+	var acc map[string]runtime.DenseTensor
+	for r := 0; r < rows; r += block {
+		n := min(block, rows-r)
+		if err := g.linear(module, g.uniform(n*cols, a), 0, n, cols); err != nil {
+			return err
+		}
+		for _, part := range []string{".weight", ".scales", ".biases"} {
+			t, ok := g.tensors[module+part]
+			if !ok {
+				continue
+			}
+			if acc == nil {
+				acc = map[string]runtime.DenseTensor{}
+			}
+			x, ok := acc[part]
+			if !ok {
+				x = runtime.DenseTensor{DType: t.DType, Shape: append([]int64{0}, t.Shape[1:]...),
+					Data: make([]byte, 0, len(t.Data)/n*rows)}
+			}
+			x.Data = append(x.Data, t.Data...)
+			x.Shape[0] += int64(n)
+			acc[part] = x
+		}
+	}
+	for part, x := range acc {
+		g.tensors[module+part] = x
 	}
 	return nil
 }

@@ -162,3 +162,22 @@ func TestStreamContainerMatchesGenerate(t *testing.T) {
 		}
 	}
 }
+
+// rowBlocks stores every row, drawn block by block: the shape and sizes of
+// one matrix, rows past the first block present and distinct.
+func TestRowBlocks(t *testing.T) {
+	g := gemmaGen(GemmaTiny(), 3)
+	rows, cols := 4096+70, 64
+	if err := g.rowBlocks("e", rows, cols, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	w, sc := g.tensors["e.weight"], g.tensors["e.scales"]
+	if !reflect.DeepEqual(w.Shape, []int64{int64(rows), int64(cols / 8)}) || len(w.Data) != rows*cols/2 ||
+		!reflect.DeepEqual(sc.Shape, []int64{int64(rows), 1}) || len(sc.Data) != rows*2 {
+		t.Fatalf("weight %v (%d B), scales %v (%d B)", w.Shape, len(w.Data), sc.Shape, len(sc.Data))
+	}
+	row := func(r int) []byte { return w.Data[r*cols/2 : (r+1)*cols/2] }
+	if bytes.Equal(row(0), row(4096)) || bytes.Equal(row(4095), row(rows-1)) || bytes.Equal(row(rows-1), make([]byte, cols/2)) {
+		t.Fatal("rows repeat across blocks, or the last is empty")
+	}
+}
