@@ -27,9 +27,19 @@
 // Each figure is the best of -rounds runs, alternating configurations.
 //
 // -dims 397b measures the same at Qwen3.5-397B-A17B's per-layer dims
-// (hidden 4096, 512 experts top-10 of 1024: 7,077,888-byte blobs).
+// (hidden 4096, 512 experts top-10 of 1024: 7,077,888-byte blobs);
+// -dims gemma26b at Gemma 4 26B-A4B's (hidden 2816, 128 experts top-8 of
+// 704 beside a dense GeGLU MLP of 2112, sliding layers of 8 KV heads of
+// 256 and full layers of 2 KV heads of 512 with k_eq_v, 8-bit router:
+// 3,345,408-byte blobs; -layers 3 is sliding, sliding, full). The
+// container is streamed to disk one layer's experts at a time (32 distinct
+// experts per layer, repeated so every expert has its own bytes), after a
+// check that the file system has room for it. -fracs picks the cache sizes
+// (percent of all experts); -prompt 0 skips the prefill measurements. The
+// compute-only run (every expert cached) is skipped when the experts would
+// take more than half the memory available.
 //
-//	go run ./bench/runner [-dims 35b|397b] [-layers 4] [-vocab 32768] [-tokens 24] [-prompt 512] [-rounds 2] [-io direct] [-dir /tmp] [-keep] [-json]
+//	go run ./bench/runner [-dims 35b|397b|gemma26b] [-layers 4] [-vocab 32768] [-tokens 24] [-prompt 512] [-fracs 5,15,40] [-rounds 2] [-io direct] [-dir /tmp] [-keep] [-json]
 package main
 
 import (
@@ -46,9 +56,10 @@ import (
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -96,7 +107,8 @@ func main() {
 	budget := flag.Int64("budget", 0, "internal: cache budget in bytes")
 	chunk := flag.Int("chunk", runner.DefaultPrefillChunk, "internal: prefill chunk")
 	layers := flag.Int("layers", 4, "decoder layers (every 4th is full attention)")
-	dimsFlag := flag.String("dims", "35b", "per-layer dims: 35b (Qwen3.5/3.6-35B-A3B) or 397b (Qwen3.5-397B-A17B: 512 experts of 7,077,888 B, 3.6 GB of experts per layer, as much memory to write them)")
+	dimsFlag := flag.String("dims", "35b", "per-layer dims: 35b (Qwen3.5/3.6-35B-A3B), 397b (Qwen3.5-397B-A17B: 512 experts of 7,077,888 B, 3.6 GB of experts per layer) or gemma26b (Gemma 4 26B-A4B: 128 experts of 3,345,408 B, 428 MB per layer)")
+	fracsFlag := flag.String("fracs", "5,15,40", "expert cache sizes measured, in percent of all the experts")
 	vocab := flag.Int("vocab", 32768, "vocabulary size (the real one is 248320; a smaller one keeps lm_head, which a 4-layer model does not amortize, from dominating)")
 	tokens := flag.Int("tokens", 24, "decode tokens measured (after 8 warm-up tokens)")
 	prompt := flag.Int("prompt", 512, "prefill prompt tokens")
@@ -111,7 +123,11 @@ func main() {
 	specReads := flag.Int("specreads", 0, "internal: runner.Options.SpecReads")
 	flag.Parse()
 	if _, ok := benchDimsOf[*dimsFlag]; !ok {
-		fail(fmt.Errorf("-dims %q: want 35b or 397b", *dimsFlag))
+		fail(fmt.Errorf("-dims %q: want 35b, 397b or gemma26b", *dimsFlag))
+	}
+	fracs, err := parseFracs(*fracsFlag)
+	if err != nil {
+		fail(err)
 	}
 	benchDims = *dimsFlag
 	mode, err := expertcache.ParseIOMode(*ioMode)
@@ -144,7 +160,7 @@ func main() {
 		pprof.StopCPUProfile()
 		return
 	}
-	if err := run(*layers, *vocab, *tokens, *prompt, max(*rounds, 1), *ioMode, mode, *dir, *keep, *asJSON); err != nil {
+	if err := run(*layers, *vocab, *tokens, *prompt, max(*rounds, 1), fracs, *ioMode, mode, *dir, *keep, *asJSON); err != nil {
 		fail(err)
 	}
 }
@@ -352,15 +368,18 @@ type decodeRow struct {
 	RatioToNeeded float64 `json:"ratio_to_io_limit_of_needed_bytes"`
 }
 
-func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertcache.IOMode, dir string, keep, asJSON bool) error {
+func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName string, mode expertcache.IOMode, dir string, keep, asJSON bool) error {
 	work := filepath.Join(dir, "qpack-bench-runner")
-	pack := filepath.Join(work, fmt.Sprintf("real-%dl-v%d.qpack", layers, vocab))
+	pack := filepath.Join(work, fmt.Sprintf("%s-%dl-v%d.qpack", benchDims, layers, vocab))
 	if !keep {
 		defer os.RemoveAll(work)
 	}
 	if _, err := os.Stat(filepath.Join(pack, qpack.ManifestName)); err != nil || !keep {
 		os.RemoveAll(work)
 		if err := os.MkdirAll(work, 0o755); err != nil {
+			return err
+		}
+		if err := checkRoom(work, benchDimsOf[benchDims].expertBytes(layers)); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -391,7 +410,12 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	// alternating: on a shared machine the best run is the one least
 	// disturbed by other work.
 	var warm *childResult
-	fracs := []float64{0.05, 0.15, 0.40}
+	// The compute-only run holds every expert in memory: skipped where that
+	// would take more than half of what is available.
+	doWarm := all <= memAvailable()/2
+	if !doWarm {
+		fmt.Fprintf(os.Stderr, "skipping the compute-only run: %d MiB of experts, %d MiB of memory available\n", all>>20, memAvailable()>>20)
+	}
 	// Each budget runs without speculation and with the default (the
 	// model's top-k guessed before each layer's mixer), back to back, the
 	// bandwidth measured before, between and after.
@@ -402,12 +426,14 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	rows := make([]decodeRow, len(fracs)*len(specs))
 	gains := make([][]float64, len(fracs)) // with ÷ without speculation, per round
 	for round := range rounds {
-		w, err := spawn(append([]string{"-child", "warm", "-budget", fmt.Sprint(all)}, base...)...)
-		if err != nil {
-			return err
-		}
-		if warm == nil || w.TokPerSec > warm.TokPerSec {
-			warm = w
+		if doWarm {
+			w, err := spawn(append([]string{"-child", "warm", "-budget", fmt.Sprint(all)}, base...)...)
+			if err != nil {
+				return err
+			}
+			if warm == nil || w.TokPerSec > warm.TokPerSec {
+				warm = w
+			}
 		}
 		for i, frac := range fracs {
 			b := int64(float64(all) * frac)
@@ -434,7 +460,10 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 			gains[i] = append(gains[i], tps[1]/tps[0])
 		}
 	}
-	computeMs := 1e3 / warm.TokPerSec
+	computeMs := 0.0
+	if warm != nil {
+		computeMs = 1e3 / warm.TokPerSec
+	}
 	for i := range rows {
 		row, res := &rows[i], rows[i].Res
 		if res.BytesPerToken > 0 {
@@ -445,8 +474,10 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 			io := 1e3 / row.IOLimitTokS
 			t := 1e3 / res.TokPerSec
 			row.IOMs, row.ComputeMs, row.TokenMs = io, computeMs, t
-			row.Overlap = max(0, min(1, (computeMs+io-t)/min(computeMs, io)))
-			row.RatioToBound = res.TokPerSec / min(row.IOLimitTokS, warm.TokPerSec)
+			if warm != nil {
+				row.Overlap = max(0, min(1, (computeMs+io-t)/min(computeMs, io)))
+				row.RatioToBound = res.TokPerSec / min(row.IOLimitTokS, warm.TokPerSec)
+			}
 			row.RatioToNeeded = res.TokPerSec * (res.BytesPerToken - res.SpecWastedPerToken) / row.BandwidthBps
 		}
 		row.RSSOverBudget = res.PeakRSS - res.Dense - res.Budget
@@ -465,6 +496,9 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	pre := make([]*childResult, len(cfgs))
 	var speedups []float64 // chunked over token by token, within each round
 	for round := range rounds {
+		if prompt <= 0 {
+			break
+		}
 		tps := make([]float64, len(cfgs))
 		for i, cf := range cfgs {
 			res, err := spawn(append([]string{"-child", "prefill", "-budget", fmt.Sprint(pb), "-chunk", fmt.Sprint(cf.chunk), fmt.Sprintf("-noscan=%v", cf.noScan)}, base...)...)
@@ -485,9 +519,14 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"dims": benchDimsOf[benchDims].label, "layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
-			"io": ioName, "readers": readers, "gomaxprocs": goruntime.GOMAXPROCS(0), "decode": rows, "warm": warm, "prefill": pre,
-			"prefill_speedup_best": pre[0].TokPerSec / pre[2].TokPerSec, "speculation_gain_rounds": gains, "prefill_speedup_rounds": speedups, "prefill_speedup_median": median, "loadavg_before": loadBefore, "loadavg_after": loadAfter})
+		out := map[string]any{"dims": benchDimsOf[benchDims].label, "layers": layers, "vocab": vocab, "expert_stride": stride, "all_experts_bytes": all,
+			"io": ioName, "readers": readers, "gomaxprocs": goruntime.GOMAXPROCS(0), "decode": rows, "warm": warm,
+			"speculation_gain_rounds": gains, "loadavg_before": loadBefore, "loadavg_after": loadAfter}
+		if prompt > 0 {
+			out["prefill"], out["prefill_speedup_best"] = pre, pre[0].TokPerSec/pre[2].TokPerSec
+			out["prefill_speedup_rounds"], out["prefill_speedup_median"] = speedups, median
+		}
+		return enc.Encode(out)
 	}
 	mib := func(n float64) string { return fmt.Sprintf("%.0f MiB", n/(1<<20)) }
 	fmt.Printf("model: %d layers at %s per-layer dims, vocab %d, %d experts of %d B per layer (%s of experts), io %s, %d reads in flight, GOMAXPROCS %d\n",
@@ -505,11 +544,19 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		if x.Speculate > 0 {
 			guessed = fmt.Sprintf("%.0f%%", 100*x.SpecRecall)
 		}
-		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %9s %7.2fx %7.0f%% %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
-			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, needed, r.RatioToBound, 100*r.Overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
+		bound, overlap := "-", "-"
+		if warm != nil {
+			bound, overlap = fmt.Sprintf("%.2fx", r.RatioToBound), fmt.Sprintf("%.0f%%", 100*r.Overlap)
+		}
+		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %9s %8s %8s %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, needed, bound, overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
 	}
-	fmt.Printf("%-22s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
-		mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
+	if warm != nil {
+		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
+			mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
+	} else {
+		fmt.Println("all, preloaded         - (skipped: the experts exceed half the memory available)")
+	}
 	fmt.Println("(I/O limit: pread bandwidth / bytes read per token; vs needed: against the I/O limit of the bytes read less those read for wrong guesses; vs bound: against the lower of the I/O limit and the compute-only rate, what perfect overlap would give; overlap: share of the shorter of compute and I/O time hidden behind the other)")
 	fmt.Printf("(dense weights in RAM: %s; RSS-dense-B is peak RSS minus dense weights minus the cache budget)\n", mib(float64(rows[0].Res.Dense)))
 	fmt.Println("(speculating: each layer's top-k experts guessed from the residual entering it and read during its attention/DeltaNet; guessed: share of the real experts guessed; hit rate and read/token include the guesses' reads)")
@@ -517,6 +564,9 @@ func run(layers, vocab, tokens, prompt, rounds int, ioName string, mode expertca
 		on := rows[i*len(specs)+1].Res
 		fmt.Printf("speculation at %.0f%%: decode with / without, within each round %s, median %.2fx; %d reads ahead, %d useful, %d cancelled, %s per token read for wrong guesses\n",
 			frac*100, fmtRatios(gains[i]), medianOf(gains[i]), on.SpecReads, on.SpecUseful, on.SpecCancelled, mib(on.SpecWastedPerToken))
+	}
+	if prompt <= 0 {
+		return nil
 	}
 	fmt.Printf("\nprefill of %d tokens, cache %s, cold:\n", prompt, mib(float64(pb)))
 	for _, p := range pre {
@@ -541,25 +591,62 @@ var benchDims = "35b"
 
 var benchDimsOf = map[string]struct {
 	label string
-	dims  func(layers, vocab int) synthetic.Dims
+	// write streams the container for layers and vocab to pack.
+	write func(pack string, layers, vocab int) error
+	// expertBytes is the routed experts' size on disk for layers.
+	expertBytes func(layers int) int64
+	tokenizer   string // the tiny model whose tokenizer.json goes along
 }{
-	"35b":  {"Qwen3.5/3.6-35B-A3B", synthetic.Real},
-	"397b": {"Qwen3.5-397B-A17B", synthetic.Qwen397B},
+	"35b":      {"Qwen3.5/3.6-35B-A3B", qwenWriter(synthetic.Real), qwenExperts(synthetic.Real), "qwen3_5_moe-q4g32"},
+	"397b":     {"Qwen3.5-397B-A17B", qwenWriter(synthetic.Qwen397B), qwenExperts(synthetic.Qwen397B), "qwen3_5_moe-q4g32"},
+	"gemma26b": {"Gemma 4 26B-A4B", writeGemma, gemmaExperts, "gemma4-q4g32"},
+}
+
+// uniqueExperts is how many experts per layer are drawn (the others repeat
+// their bytes, each written out).
+const uniqueExperts = 32
+
+func qwenWriter(dims func(layers, vocab int) synthetic.Dims) func(string, int, int) error {
+	return func(pack string, layers, vocab int) error {
+		d := dims(layers, vocab)
+		d.Unique = uniqueExperts
+		return synthetic.StreamContainer(pack, d, 1)
+	}
+}
+
+func writeGemma(pack string, layers, vocab int) error {
+	d := synthetic.Gemma26B(layers, vocab)
+	d.Unique = uniqueExperts
+	return synthetic.StreamGemmaContainer(pack, d, 1)
+}
+
+// blobBytes is one MLX-quantized expert: gate and up [inter, hidden], down
+// [hidden, inter], with BF16 scales and biases per group.
+func blobBytes(hidden, inter, bits, group int) int64 {
+	mat := func(rows, cols int) int64 { return int64(rows) * int64(cols*bits/8+2*2*(cols/group)) }
+	return 2*mat(inter, hidden) + mat(hidden, inter)
+}
+
+func qwenExperts(dims func(layers, vocab int) synthetic.Dims) func(int) int64 {
+	return func(layers int) int64 {
+		d := dims(layers, 1)
+		return int64(layers) * int64(d.Experts) * blobBytes(d.Hidden, d.MoEInter, d.Bits, d.Group)
+	}
+}
+
+func gemmaExperts(layers int) int64 {
+	d := synthetic.Gemma26B(layers, 1)
+	return int64(layers) * int64(d.Experts) * blobBytes(d.Hidden, d.MoEInter, d.Bits, d.Group)
 }
 
 // writeModel generates the synthetic model and writes it as a container
 // with a tokenizer (the tiny models'; the benchmark feeds token ids).
 func writeModel(pack string, layers, vocab int) error {
-	d := benchDimsOf[benchDims].dims(layers, vocab)
-	d.Unique = 32
-	g, err := synthetic.Generate(d, 1)
-	if err != nil {
+	b := benchDimsOf[benchDims]
+	if err := b.write(pack, layers, vocab); err != nil {
 		return err
 	}
-	if err := g.WriteContainer(pack); err != nil {
-		return err
-	}
-	tok, err := findTokenizer()
+	tok, err := findTokenizer(b.tokenizer)
 	if err != nil {
 		return err
 	}
@@ -570,22 +657,21 @@ func writeModel(pack string, layers, vocab int) error {
 	return os.WriteFile(filepath.Join(pack, "tokenizer.json"), data, 0o644)
 }
 
-// findTokenizer finds testdata/tiny/*/tokenizer.json from the working
+// findTokenizer finds testdata/tiny/<model>/tokenizer.json from the working
 // directory upwards.
-func findTokenizer() (string, error) {
+func findTokenizer(model string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		m, _ := filepath.Glob(filepath.Join(dir, "testdata", "tiny", "*", "tokenizer.json"))
-		if len(m) > 0 {
-			sort.Strings(m)
-			return m[0], nil
+		p := filepath.Join(dir, "testdata", "tiny", model, "tokenizer.json")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("testdata/tiny/*/tokenizer.json not found above the working directory: run from the repository")
+			return "", fmt.Errorf("testdata/tiny/%s/tokenizer.json not found above the working directory: run from the repository", model)
 		}
 		dir = parent
 	}
@@ -636,4 +722,50 @@ func fmtRatios(v []float64) string {
 		parts[i] = fmt.Sprintf("%.2fx", x)
 	}
 	return strings.Join(parts, " ")
+}
+
+// parseFracs reads -fracs: comma-separated percentages in (0, 100].
+func parseFracs(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0 && v <= 100) {
+			return nil, fmt.Errorf("-fracs %q: %q is no percentage in (0, 100]", s, f)
+		}
+		out = append(out, v/100)
+	}
+	return out, nil
+}
+
+// checkRoom refuses to write expertBytes (plus a tenth and 1 GiB for the
+// dense weights and the file system) where dir's file system has less free.
+func checkRoom(dir string, expertBytes int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("free space of %s: %w", dir, err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	need := expertBytes + expertBytes/10 + 1<<30
+	if free < need {
+		return fmt.Errorf("%s: %d MiB free, the container needs about %d MiB (-dir elsewhere, or fewer -layers)", dir, free>>20, need>>20)
+	}
+	return nil
+}
+
+// memAvailable returns /proc/meminfo's MemAvailable in bytes (0 where unknown).
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

@@ -1,4 +1,5 @@
-// Package synthetic builds random qwen3_next / qwen3_5_moe models in memory,
+// Package synthetic builds random qwen3_next / qwen3_5_moe models in memory
+// (and streams them, or Gemma 4 MoE models, straight into .qpack containers),
 // laid out exactly like MLX checkpoints (same tensor names, stacked experts,
 // affine-quantized with mlxq.Quantize), for tests and benchmarks that need
 // real dimensions without real weights.
@@ -11,6 +12,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -154,6 +156,7 @@ type gen struct {
 	d       Dims
 	rng     *rand.Rand
 	tensors runtime.MapTensors
+	noTile  bool // leave stacked experts at Dims.Unique entries (StreamContainer)
 }
 
 // uniform returns n values uniform in [-a, a].
@@ -198,8 +201,8 @@ func (g *gen) quantOf(module string, cols int) (bits, group int) {
 	if g.d.Bits == 0 {
 		return 0, 0
 	}
-	n := len(module)
-	if (n >= 8 && module[n-8:] == "mlp.gate") || (n >= 18 && module[n-18:] == "shared_expert_gate") {
+	if strings.HasSuffix(module, "mlp.gate") || strings.HasSuffix(module, "shared_expert_gate") ||
+		strings.HasSuffix(module, "router.proj") { // the last: gemma4's router
 		return 8, 64
 	}
 	if cols%g.d.Group != 0 {
@@ -271,7 +274,9 @@ func (g *gen) bigLinear(module string, stacked, rows, cols int, a float64) error
 		if err := g.linear(module, g.uniform(u*rows*cols, a), u, rows, cols); err != nil {
 			return err
 		}
-		g.tile(module, stacked)
+		if !g.noTile {
+			g.tile(module, stacked)
+		}
 		return nil
 	case u > 0 && stacked == 0 && rows > u:
 		if err := g.linear(module, g.uniform(u*cols, a), 0, u, cols); err != nil {
@@ -288,7 +293,30 @@ func (g *gen) bigLinear(module string, stacked, rows, cols int, a float64) error
 // the same function (the fused qwen3_next projections are the qwen3_5 ones
 // with their rows interleaved per key head).
 func Generate(d Dims, seed uint64) (*Model, error) {
-	g := &gen{d: d, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), tensors: runtime.MapTensors{}}
+	t, err := draw(d, seed, true)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := runtime.ParseConfig(d.ConfigJSON())
+	if err != nil {
+		return nil, err
+	}
+	ex, err := newExperts(cfg, t)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{Dims: d, Config: cfg, Tensors: t, Experts: ex}, nil
+}
+
+func newGen(d Dims, seed uint64) *gen {
+	return &gen{d: d, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), tensors: runtime.MapTensors{}}
+}
+
+// draw draws the tensors of Generate; with tile false, stacked experts stay
+// at Dims.Unique entries.
+func draw(d Dims, seed uint64, tile bool) (runtime.MapTensors, error) {
+	g := newGen(d, seed)
+	g.noTile = !tile
 	lp, head := d.prefix()
 	H := d.Hidden
 	if err := g.bigLinear(lp+"embed_tokens", 0, d.Vocab, H, 1); err != nil {
@@ -407,15 +435,7 @@ func Generate(d Dims, seed uint64) (*Model, error) {
 			return nil, err
 		}
 	}
-	cfg, err := runtime.ParseConfig(d.ConfigJSON())
-	if err != nil {
-		return nil, err
-	}
-	ex, err := newExperts(cfg, g.tensors)
-	if err != nil {
-		return nil, err
-	}
-	return &Model{Dims: d, Config: cfg, Tensors: g.tensors, Experts: ex}, nil
+	return g.tensors, nil
 }
 
 // interleave builds the qwen3_next fused projections from the separate ones:

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/qpack-go/qpack/qpack"
+	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/safetensors"
 )
 
@@ -61,21 +62,82 @@ func (m *Model) WriteCheckpoint(dir string, shards int) error {
 // package's writer: every routed expert as one blob of the layout's
 // sections, everything else in model.safetensors, config.json copied.
 func (m *Model) WriteContainer(dst string) error {
-	cfg := m.Config
-	lp := cfg.Prefix
-	first := func(l int) string { return fmt.Sprintf("%slayers.%d.mlp.switch_mlp.", lp, l) }
-	sparse := 0
-	for !cfg.Sparse[sparse] {
-		sparse++
+	return writeQwenContainer(dst, m.Config, m.Dims.ConfigJSON(), m.Tensors)
+}
+
+// StreamContainer draws the model of d from seed, like Generate, and writes
+// it as a .qpack container at dst without building the routed experts in
+// memory: with d.Unique > 0 only Unique experts per layer are drawn and
+// expert e's blob is expert e % Unique's (each written out separately, so
+// the file holds every expert's bytes). Memory is the dense weights plus
+// Unique experts per sparse layer, not the model; the container computes
+// what Generate's model with the same dims and seed computes.
+func StreamContainer(dst string, d Dims, seed uint64) error {
+	t, err := draw(d, seed, false)
+	if err != nil {
+		return err
+	}
+	cfg, err := runtime.ParseConfig(d.ConfigJSON())
+	if err != nil {
+		return err
+	}
+	return writeQwenContainer(dst, cfg, d.ConfigJSON(), t)
+}
+
+// writeQwenContainer writes tensors holding stacked experts under
+// mlp.switch_mlp, possibly fewer entries than cfg.Experts (entry e % n).
+func writeQwenContainer(dst string, cfg *runtime.Config, config []byte, t runtime.MapTensors) error {
+	module := func(l int) string { return fmt.Sprintf("%slayers.%d.mlp.switch_mlp.", cfg.Prefix, l) }
+	dense := runtime.MapTensors{}
+	for n, x := range t {
+		if !strings.Contains(n, ".mlp.switch_mlp.") {
+			dense[n] = x
+		}
+	}
+	return writeStacked(dst, cfg, config, dense, func(l int) (runtime.MapTensors, error) {
+		out := runtime.MapTensors{}
+		for _, proj := range qpack.Projections {
+			for _, part := range qpack.SectionParts {
+				if x, ok := t[module(l)+proj+"."+part]; ok {
+					out[proj+"."+part] = x
+				}
+			}
+		}
+		return out, nil
+	})
+}
+
+// stackedLayer returns layer l's routed experts as stacked tensors keyed by
+// section name ("gate_proj.weight"), each of shape [n, ...]: expert e is
+// entry e % n. It is called once per sparse layer, in order, so a generator
+// may draw a layer's experts only when asked.
+type stackedLayer func(l int) (runtime.MapTensors, error)
+
+// writeStacked writes a container: dense in model.safetensors, each sparse
+// layer's experts from experts(l) as blobs of the layout's sections (those
+// of the first sparse layer, in qpack.Projections × qpack.SectionParts
+// order), config as config.json. Only one layer's experts are held at once.
+func writeStacked(dst string, cfg *runtime.Config, config []byte, dense runtime.MapTensors, experts stackedLayer) error {
+	sparse := -1
+	for l := range cfg.Layers {
+		if cfg.Sparse[l] {
+			sparse = l
+			break
+		}
+	}
+	if sparse < 0 {
+		return fmt.Errorf("synthetic: no sparse layer to write experts of")
+	}
+	first, err := experts(sparse)
+	if err != nil {
+		return err
 	}
 	var specs []qpack.SectionSpec
 	for _, proj := range qpack.Projections {
 		for _, part := range qpack.SectionParts {
-			t, ok := m.Tensors[first(sparse)+proj+"."+part]
-			if !ok {
-				continue
+			if t, ok := first[proj+"."+part]; ok {
+				specs = append(specs, qpack.SectionSpec{Name: proj + "." + part, DType: safetensors.DType(t.DType), Shape: t.Shape[1:]})
 			}
-			specs = append(specs, qpack.SectionSpec{Name: proj + "." + part, DType: safetensors.DType(t.DType), Shape: t.Shape[1:]})
 		}
 	}
 	linear := make([]bool, cfg.Layers)
@@ -91,40 +153,49 @@ func (m *Model) WriteContainer(dst string) error {
 		return err
 	}
 	defer w.Close()
-	var dense []safetensors.Spec
-	for _, n := range m.Names() {
-		if strings.Contains(n, ".mlp.switch_mlp.") {
-			continue
-		}
-		t := m.Tensors[n]
-		dense = append(dense, safetensors.Spec{Name: n, DType: safetensors.DType(t.DType), Shape: t.Shape})
+	var ds []safetensors.Spec
+	for _, n := range (&Model{Tensors: dense}).Names() {
+		t := dense[n]
+		ds = append(ds, safetensors.Spec{Name: n, DType: safetensors.DType(t.DType), Shape: t.Shape})
 	}
-	if _, err := w.CreateDense(dense, map[string]string{"format": "mlx"}); err != nil {
+	if _, err := w.CreateDense(ds, map[string]string{"format": "mlx"}); err != nil {
 		return err
 	}
-	for _, s := range dense {
-		if err := w.WriteDenseTensor(s.Name, m.Tensors[s.Name].Data, 0); err != nil {
+	for _, s := range ds {
+		if err := w.WriteDenseTensor(s.Name, dense[s.Name].Data, 0); err != nil {
 			return err
 		}
 	}
-	E := cfg.Experts
+	blob := make([]byte, 0, layout.ExpertStride)
 	for l := range cfg.Layers {
 		if !cfg.Sparse[l] {
 			continue // the layer file stays zero
 		}
-		for e := range E {
-			var blob []byte
+		stacked := first
+		if l != sparse {
+			if stacked, err = experts(l); err != nil {
+				return err
+			}
+		}
+		for e := range cfg.Experts {
+			blob = blob[:0]
 			for _, s := range specs {
-				d := m.Tensors[first(l)+s.Name].Data
-				per := len(d) / E
-				blob = append(blob, d[e*per:(e+1)*per]...)
+				t, ok := stacked[s.Name]
+				if !ok || len(t.Shape) == 0 || t.Shape[0] <= 0 {
+					return fmt.Errorf("synthetic: layer %d: no stacked experts for section %s", l, s.Name)
+				}
+				n := int(t.Shape[0])
+				per := len(t.Data) / n
+				i := e % n
+				blob = append(blob, t.Data[i*per:(i+1)*per]...)
 			}
 			if err := w.WriteExpert(l, e, blob); err != nil {
 				return err
 			}
 		}
+		first = nil
 	}
-	if err := w.AddFile("config.json", bytes.NewReader(m.Dims.ConfigJSON())); err != nil {
+	if err := w.AddFile("config.json", bytes.NewReader(config)); err != nil {
 		return err
 	}
 	_, err = w.Finish(qpack.ManifestInfo{ModelName: cfg.ModelType, SourceCheckpoint: "synthetic"})
