@@ -600,21 +600,6 @@ func containerFiles(dir string) ([]string, int64, error) {
 	return out, total, err
 }
 
-// dropPages writes back and evicts the files' pages (POSIX_FADV_DONTNEED),
-// so the next read comes from the disk; the rest of the page cache (other
-// users of this machine) is left alone.
-func dropPages(files []string) {
-	for _, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			continue
-		}
-		f.Sync()
-		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		f.Close()
-	}
-}
-
 func freeBytes(dir string) (int64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
