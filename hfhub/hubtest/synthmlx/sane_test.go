@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
+	_ "github.com/qpack-go/qpack/runtime/models/all" // the architectures the runner knows
 	"github.com/qpack-go/qpack/safetensors"
 )
 
