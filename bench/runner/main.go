@@ -349,6 +349,7 @@ func preadBandwidth(pack string, mode expertcache.IOMode, readers int, dur time.
 
 type decodeRow struct {
 	Label         string       `json:"label"`
+	Load          string       `json:"loadavg_after_run"` // 1-minute load average right after the run
 	Res           *childResult `json:"result"`
 	BandwidthBps  float64      `json:"pread_bandwidth_bytes_per_sec"`
 	IOLimitTokS   float64      `json:"io_limit_tok_per_sec"`
@@ -447,15 +448,16 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 				if err != nil {
 					return err
 				}
+				load := loadAvg()
 				if bws[j+1], err = bw(uint64(100*round + 10*i + j + 1)); err != nil {
 					return err
 				}
 				k := i*len(specs) + j
 				if rows[k].Res == nil || res.TokPerSec > rows[k].Res.TokPerSec {
-					rows[k] = decodeRow{Label: fmt.Sprintf("%.0f%%, %s", frac*100, sp.label), Res: res, BandwidthBps: (bws[j] + bws[j+1]) / 2}
+					rows[k] = decodeRow{Label: fmt.Sprintf("%.0f%%, %s", frac*100, sp.label), Load: load, Res: res, BandwidthBps: (bws[j] + bws[j+1]) / 2}
 				}
 				tps[j] = res.TokPerSec
-				fmt.Fprintf(os.Stderr, "round %d: decode with %.0f%% of experts cached, %s: %.2f tok/s\n", round+1, frac*100, sp.label, res.TokPerSec)
+				fmt.Fprintf(os.Stderr, "round %d: decode with %.0f%% of experts cached, %s: %.2f tok/s (load %s)\n", round+1, frac*100, sp.label, res.TokPerSec, load)
 			}
 			gains[i] = append(gains[i], tps[1]/tps[0])
 		}
@@ -533,7 +535,7 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 		layers, benchDimsOf[benchDims].label, vocab, E, stride, mib(float64(all)), ioName, readers, goruntime.GOMAXPROCS(0))
 	fmt.Printf("load average (1 min) before %s, after %s; best of %d rounds\n", loadBefore, loadAfter, rounds)
 	fmt.Printf("\ndecode (%d tokens after 8 warm-up, temperature 1):\n", tokens)
-	fmt.Printf("%-22s %9s %8s %11s %8s %10s %11s %11s %8s %9s %8s %8s %11s %9s %10s\n", "cache", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs needed", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
+	fmt.Printf("%-22s %5s %9s %8s %11s %8s %10s %11s %11s %8s %9s %8s %8s %11s %9s %10s\n", "cache", "load", "budget", "hit rate", "read/token", "guessed", "pread BW", "I/O limit", "decode", "vs limit", "vs needed", "vs bound", "overlap", "read p50/99", "peak RSS", "RSS-dense-B")
 	for _, r := range rows {
 		x := r.Res
 		limit, ratio, needed := "-", "-", "-"
@@ -548,11 +550,11 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 		if warm != nil {
 			bound, overlap = fmt.Sprintf("%.2fx", r.RatioToBound), fmt.Sprintf("%.0f%%", 100*r.Overlap)
 		}
-		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %9s %8s %8s %5.1f/%-5.1f %9s %10s\n", r.Label, mib(float64(x.Budget)), 100*x.HitRate,
+		fmt.Printf("%-22s %5s %9s %7.1f%% %11s %8s %7.0f MB/s %11s %5.2f tok/s %8s %9s %8s %8s %5.1f/%-5.1f %9s %10s\n", r.Label, r.Load, mib(float64(x.Budget)), 100*x.HitRate,
 			mib(x.BytesPerToken), guessed, r.BandwidthBps/1e6, limit, x.TokPerSec, ratio, needed, bound, overlap, x.ReadP50Ms, x.ReadP99Ms, mib(float64(x.PeakRSS)), mib(float64(r.RSSOverBudget)))
 	}
 	if warm != nil {
-		fmt.Printf("%-22s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded",
+		fmt.Printf("%-22s %5s %9s %7.1f%% %11s %8s %10s %11s %5.2f tok/s (compute only: every expert cached before decoding), peak RSS %s\n", "all, preloaded", "",
 			mib(float64(warm.Budget)), 100*warm.HitRate, mib(warm.BytesPerToken), "", "", "", warm.TokPerSec, mib(float64(warm.PeakRSS)))
 	} else {
 		fmt.Println("all, preloaded         - (skipped: the experts exceed half the memory available)")

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/safetensors"
 )
@@ -52,6 +57,12 @@ func TestCUDADevice(t *testing.T) {
 	}
 	for _, name := range models {
 		t.Run("generate/"+name, func(t *testing.T) { deviceGenerate(t, be, filepath.Join(tiny, name), name) })
+	}
+	for _, name := range models {
+		t.Run("chat/"+name, func(t *testing.T) { deviceChat(t, be, filepath.Join(tiny, name), name) })
+	}
+	for _, name := range models {
+		t.Run("serve/"+name, func(t *testing.T) { deviceServe(t, be, filepath.Join(tiny, name), name) })
 	}
 }
 
@@ -201,4 +212,123 @@ func deviceGenerate(t *testing.T, be, dir, name string) {
 	}
 	fmt.Printf("RESULT generate model=%s backend=%s tokens=%d small_cache=%s small_hit_rate=%.3f small_decode_misses=%d resident_hit_rate=%.3f resident_decode_misses=%d output=%s %s\n",
 		name, be, len(small.Tokens), smallExpertCache, small.HitRate, small.Decode.Misses, resident.HitRate, resident.Decode.Misses, same, verdict)
+}
+
+// deviceChat: two greedy chat turns on backend be give the tokens they give
+// on cpu.
+func deviceChat(t *testing.T, be, dir, name string) {
+	chat := func(backend string) ([][]int, *backendInfo) {
+		stdout, stderr, code := runMain(t, "chat", dir, "hello", "tell me more", "--max-new", "8", "--temperature", "0", "--json", "--backend", backend)
+		if code != 0 {
+			t.Fatalf("chat --backend %s: exit %d\n%s", backend, code, stderr)
+		}
+		var r struct {
+			Turns []struct {
+				Tokens  []int        `json:"tokens"`
+				Backend *backendInfo `json:"backend"`
+			} `json:"turns"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil || len(r.Turns) != 2 {
+			t.Fatalf("chat --backend %s: %v, %d turns\n%s", backend, err, len(r.Turns), stdout)
+		}
+		last := r.Turns[1].Backend
+		checkBackend(t, last, backend)
+		return [][]int{r.Turns[0].Tokens, r.Turns[1].Tokens}, last
+	}
+	ref, _ := chat("cpu")
+	got, info := chat(be)
+	verdict, same := "PASS", "identical"
+	if !slices.EqualFunc(ref, got, slices.Equal[[]int]) {
+		verdict, same = "FAIL", "different"
+		t.Errorf("%s: chat turns %v on %s, %v on cpu", name, got, be, ref)
+	}
+	fmt.Printf("RESULT chat model=%s backend=%s turns=2 tokens=%d,%d launches=%d fallbacks=%d output=%s %s\n",
+		name, be, len(got[0]), len(got[1]), info.Launches, info.Fallbacks, same, verdict)
+}
+
+// deviceServe: qpack serve --backend be answers a greedy completion with
+// the text serve --backend cpu gives, and its start line names the backend.
+func deviceServe(t *testing.T, be, dir, name string) {
+	ref, _ := serveCompletion(t, dir, "cpu")
+	got, start := serveCompletion(t, dir, be)
+	verdict, same := "PASS", "identical"
+	if got != ref || got == "" {
+		verdict, same = "FAIL", "different"
+		t.Errorf("%s: completion %q on %s, %q on cpu", name, got, be, ref)
+	}
+	if !strings.Contains(start, "backend "+be) {
+		verdict = "FAIL"
+		t.Errorf("%s: the start line does not name %s: %q", name, be, start)
+	}
+	_, named, _ := strings.Cut(start, ", backend ")
+	fmt.Printf("RESULT serve model=%s backend=%s text_bytes=%d output=%s start_line_backend=%q %s\n", name, be, len(got), same, named, verdict)
+}
+
+// serveCompletion runs qpack serve on a free port with backend, asks for
+// one greedy completion and stops it; every wait is bounded.
+func serveCompletion(t *testing.T, dir, backend string) (text, start string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	app := newApp()
+	var errw syncBuffer
+	app.Writer, app.ErrWriter = io.Discard, &errw
+	done := make(chan error, 1)
+	go func() {
+		done <- app.RunContext(ctx, []string{"qpack", "serve", dir, "--port", "0", "--model-id", "tiny", "--expert-cache", "1MiB", "--backend", backend})
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop after the signal")
+		}
+	}()
+	addr := regexp.MustCompile(`qpack serve: http://(127\.0\.0\.1:\d+)/v1.*`)
+	deadline := time.Now().Add(60 * time.Second)
+	var base string
+	for base == "" {
+		if m := addr.FindStringSubmatch(errw.String()); m != nil {
+			base, start = "http://"+m[1], m[0]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve ended: %v\n%s", err, errw.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no address printed: %s", errw.String())
+		}
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	for {
+		res, err := client.Get(base + "/health")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model did not load in time: %s", errw.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, err := client.Post(base+"/v1/completions", "application/json",
+		strings.NewReader(`{"model":"tiny","prompt":"`+devicePrompt+`","max_tokens":8,"temperature":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&body); err != nil || res.StatusCode != http.StatusOK || len(body.Choices) != 1 {
+		t.Fatalf("/v1/completions on %s: %d %+v %v", backend, res.StatusCode, body, err)
+	}
+	return body.Choices[0].Text, start
 }

@@ -75,6 +75,7 @@ func TestCUDACLIRecording(t *testing.T) {
 		t.Error("cli.log: TestCUDADevice did not pass")
 	}
 	logits, gens := parseResults(t, log, "logits"), parseResults(t, log, "generate")
+	chats, serves := parseResults(t, log, "chat"), parseResults(t, log, "serve")
 	models := tinyModels(t, filepath.Join("..", "..", "testdata", "tiny"))
 	for _, m := range models {
 		ls, gs := logits[m], gens[m]
@@ -95,6 +96,22 @@ func TestCUDACLIRecording(t *testing.T) {
 		}
 		if l["greedy"] != "identical" || ls[0].verdict != "PASS" {
 			t.Errorf("%s: logits greedy %s, %s", m, l["greedy"], ls[0].verdict)
+		}
+		for kind, rs := range map[string][]resultLine{"chat": chats[m], "serve": serves[m]} {
+			if len(rs) != 1 {
+				t.Errorf("%s: %d %s results recorded, want one", m, len(rs), kind)
+				continue
+			}
+			f := rs[0].fields
+			if f["backend"] != "cuda" || f["output"] != "identical" || rs[0].verdict != "PASS" {
+				t.Errorf("%s: %s on %s, output %s, %s", m, kind, f["backend"], f["output"], rs[0].verdict)
+			}
+			if kind == "chat" && (f["fallbacks"] != "0" || parseNumber(t, m, "launches", f["launches"]) == 0) {
+				t.Errorf("%s: chat with %s kernel launches, %s CPU fallbacks", m, f["launches"], f["fallbacks"])
+			}
+			if kind == "serve" && !strings.HasPrefix(f["start_line_backend"], "cuda (NVIDIA ") {
+				t.Errorf("%s: serve's start line says backend %q", m, f["start_line_backend"])
+			}
 		}
 		g := gs[0].fields
 		small, resident := parseNumber(t, m, "small_hit_rate", g["small_hit_rate"]), parseNumber(t, m, "resident_hit_rate", g["resident_hit_rate"])

@@ -26,7 +26,8 @@ TOKENS=1,5,9,14,2,7,3,11
 } >"$OUT/env.log" 2>&1
 
 # 1. Every tiny model: logits on cuda against cpu, generation from a .qpack
-#    with a small expert cache against every expert resident (on cuda).
+#    with a small expert cache against every expert resident (on cuda), two
+#    chat turns and a serve completion on cuda against cpu.
 QPACK_CUDA_CLI=cuda QPACK_TINY=$TINY timeout 300 "$D/cmd.test" -test.v -test.count=1 \
 	-test.run '^TestCUDADevice$' -test.timeout 290s >"$OUT/cli.log" 2>&1
 echo "exit status $?" >>"$OUT/cli.log"
