@@ -91,6 +91,7 @@ type opts struct {
 	shard             int64
 	layers            int
 	keep, asJSON      bool
+	repackOnly        bool
 	bandwidthDuration time.Duration
 }
 
@@ -111,6 +112,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the synthetic weights")
 	flag.Int64Var(&o.shard, "shard-bytes", 5_000_000_000, "tensor bytes per shard (mlx-lm's default 5 GB)")
 	flag.IntVar(&o.layers, "layers", 0, "override num_hidden_layers (a smaller run; 0: the real count)")
+	flag.BoolVar(&o.repackOnly, "repack-only", false, "stop after the repack figures (no verify, no generate)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the container")
 	flag.BoolVar(&o.asJSON, "json", false, "print the figures as JSON")
 	flag.DurationVar(&o.bandwidthDuration, "bandwidth-time", 4*time.Second, "length of each read-bandwidth measurement")
@@ -277,6 +279,10 @@ func run(ctx context.Context, o opts) error {
 	figs = append(figs, figure{Name: "repack --from-hf (fake Hub, loopback)", Seconds: rp.secs, CPU: rp.cpu, Bytes: total, PeakRSS: rp.rss,
 		Baseline: fmt.Sprintf("plain parallel download to nowhere, %d connections (cap %d B/s each, 0: none)", o.conns, o.hubCap), BaseSecs: dl, Ratio: rp.secs / dl,
 		Note: "ratio = wall time / baseline's (goal <= 1.05); goal peak RSS <= 128 MiB"})
+
+	if o.repackOnly {
+		return printFigures(figs, m.repo, total, o.asJSON)
+	}
 
 	// verify-install against b3sum, both cold
 	cfiles, cbytes, err := containerFiles(out)

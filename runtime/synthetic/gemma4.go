@@ -42,12 +42,12 @@ type GemmaDims struct {
 // experts per layer.
 func Gemma26B(layers, vocab int) GemmaDims {
 	full := make([]bool, layers)
-	any := false
+	hasFull := false
 	for l := range full {
 		full[l] = (l+1)%6 == 0
-		any = any || full[l]
+		hasFull = hasFull || full[l]
 	}
-	if !any && layers > 0 {
+	if !hasFull && layers > 0 {
 		full[layers-1] = true
 	}
 	return GemmaDims{Hidden: 2816, Vocab: vocab, Full: full, Heads: 16, KVHeads: 8, HeadDim: 256,
