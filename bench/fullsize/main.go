@@ -98,7 +98,7 @@ type opts struct {
 func main() {
 	var o opts
 	var caches string
-	flag.StringVar(&o.model, "model", "qwen3.6-35b", "qwen3.6-35b or qwen3-next-80b")
+	flag.StringVar(&o.model, "model", "qwen3.6-35b", "qwen3.6-35b, qwen3-next-80b or qwen3.5-397b (with -layers)")
 	flag.StringVar(&o.dir, "dir", "/var/tmp", "work directory: the container (and the qpack binary, logs) go here")
 	flag.StringVar(&o.logDir, "logs", "bench/fullsize/logs", "directory of the children's stderr logs (one set per model)")
 	flag.StringVar(&o.cacheDir, "digest-cache", "bench/fullsize/.cache", "directory of the cached shard digests")
@@ -185,7 +185,7 @@ type figure struct {
 func run(ctx context.Context, o opts) error {
 	m, ok := models[o.model]
 	if !ok {
-		return usageError{fmt.Errorf("-model %q: want qwen3.6-35b or qwen3-next-80b", o.model)}
+		return usageError{fmt.Errorf("-model %q: want qwen3.6-35b, qwen3-next-80b or qwen3.5-397b", o.model)}
 	}
 	cfg := m.config
 	if o.layers > 0 {
