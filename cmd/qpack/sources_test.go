@@ -254,7 +254,13 @@ func TestRepackDamagedCacheBlob(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("a container was placed")
 	}
-	if o, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--no-cache", "--output", out, "--reserve", "-1"); err != nil {
+	// Offline the way out is to remove the blob (not the snapshot link,
+	// which a download would relink to the same blob) and download again.
+	_, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", out, "--discard-partial", "--reserve", "-1")
+	if err == nil || !strings.Contains(err.Error(), blob) || !strings.Contains(err.Error(), "remove it") || vfExitCode(err) != 1 {
+		t.Fatalf("offline: exit %d, %v", vfExitCode(err), err)
+	}
+	if o, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--no-cache", "--output", out, "--discard-partial", "--reserve", "-1"); err != nil {
 		t.Fatalf("--no-cache: %v\n%s", err, o)
 	}
 }
