@@ -56,6 +56,13 @@ func runDownload(cc *cli.Context) error {
 	if err := hfhub.ValidateRepoID(repo); err != nil {
 		return withCode(2, err)
 	}
+	// An empty --local-dir (say, an unset shell variable) would silently
+	// download into the cache instead of the directory meant.
+	for _, name := range []string{"local-dir", "cache-dir"} {
+		if c.isSet(name) && c.String(name) == "" {
+			return withCode(2, fmt.Errorf("download: --%s is empty", name))
+		}
+	}
 	if n := c.Int("connections"); n < 1 || n > 256 {
 		return withCode(2, fmt.Errorf("download: --connections must be between 1 and 256, not %d", n))
 	}

@@ -81,3 +81,25 @@ func TestDownloadCommand(t *testing.T) {
 		t.Fatalf("missing repo: %v", err)
 	}
 }
+
+// An empty --local-dir or --cache-dir (an unset shell variable) is a usage
+// error, before any request: it must not quietly mean the default cache.
+func TestDownloadEmptyDirFlag(t *testing.T) {
+	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+	home := t.TempDir()
+	t.Setenv("HF_HOME", home)
+	t.Setenv("HF_HUB_CACHE", "")
+	for _, args := range [][]string{
+		{"download", "--local-dir", "", "org/m"},
+		{"download", "org/m", "--local-dir", ""},
+		{"download", "--cache-dir", "", "org/m"},
+	} {
+		_, err := runCLI(t, args...)
+		if vfExitCode(err) != 2 || !strings.Contains(err.Error(), "is empty") {
+			t.Errorf("%q: exit %d, %v", args, vfExitCode(err), err)
+		}
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("HF_HOME written: %v", ents)
+	}
+}
