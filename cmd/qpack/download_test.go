@@ -103,3 +103,40 @@ func TestDownloadEmptyDirFlag(t *testing.T) {
 		t.Errorf("HF_HOME written: %v", ents)
 	}
 }
+
+// A repeatable flag's value is taken whole, commas and all (before or
+// after the repository): --include "a,b.json" is one glob, as in hf
+// download, not the two globs "a" and "b.json".
+func TestDownloadIncludeWithComma(t *testing.T) {
+	hub, err := hubtest.NewServer(hubtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hub.Close()
+	hub.MustAddRepo("org/m", []hubtest.File{
+		{Path: "a,b.json", Data: []byte(`{"x":1}`)},
+		{Path: "a", Data: []byte("a")},
+		{Path: "b.json", Data: []byte(`{}`)},
+	}, hubtest.RepoOptions{})
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_HOME", t.TempDir())
+	for _, args := range [][]string{
+		{"download", "--include", "a,b.json", "--json", "--cache-dir", t.TempDir(), "org/m"},
+		{"download", "org/m", "--include", "a,b.json", "--json", "--cache-dir", t.TempDir()},
+	} {
+		out, err := runCLI(t, args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var res struct {
+			Files []struct{ Path string } `json:"files"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if len(res.Files) != 1 || res.Files[0].Path != "a,b.json" {
+			t.Errorf("%q: got %+v", args, res.Files)
+		}
+	}
+}
