@@ -140,3 +140,27 @@ func TestDownloadIncludeWithComma(t *testing.T) {
 		}
 	}
 }
+
+// A --local-dir that is a file or a dangling link is bad input (exit 2,
+// naming it) before any request, and is left as it was.
+func TestDownloadLocalDirNotADirectory(t *testing.T) {
+	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("HF_HOME", t.TempDir())
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	dangling := filepath.Join(tmp, "dangling")
+	os.Symlink(filepath.Join(tmp, "nothing"), dangling)
+	for _, d := range []string{file, dangling} {
+		_, err := runCLI(t, "download", "org/m", "--local-dir", d)
+		if vfExitCode(err) != 2 || !strings.Contains(err.Error(), d) {
+			t.Errorf("%s: exit %d, %v", d, vfExitCode(err), err)
+		}
+	}
+	if b, _ := os.ReadFile(file); string(b) != "x" {
+		t.Errorf("file changed: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(tmp, "nothing")); err == nil {
+		t.Error("the dangling link's target was created")
+	}
+}
