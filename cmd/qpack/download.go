@@ -61,10 +61,10 @@ func runDownload(cc *cli.Context) error {
 	}
 	// An empty --local-dir (say, an unset shell variable) would silently
 	// download into the cache instead of the directory meant.
-	for _, name := range []string{"local-dir", "cache-dir"} {
-		if c.isSet(name) && c.String(name) == "" {
-			return withCode(2, fmt.Errorf("download: --%s is empty", name))
-		}
+	// (An empty --cache-dir means the default cache, as in repack and
+	// verify-install.)
+	if c.isSet("local-dir") && c.String("local-dir") == "" {
+		return withCode(2, errors.New("download: --local-dir is empty"))
 	}
 	if d := c.String("local-dir"); d != "" {
 		if err := checkLocalDir(d); err != nil {

@@ -82,8 +82,8 @@ func TestDownloadCommand(t *testing.T) {
 	}
 }
 
-// An empty --local-dir or --cache-dir (an unset shell variable) is a usage
-// error, before any request: it must not quietly mean the default cache.
+// An empty --local-dir (an unset shell variable) is a usage error, before
+// any request: it must not quietly mean the default cache.
 func TestDownloadEmptyDirFlag(t *testing.T) {
 	t.Setenv("HF_ENDPOINT", "http://127.0.0.1:1")
 	home := t.TempDir()
@@ -92,7 +92,6 @@ func TestDownloadEmptyDirFlag(t *testing.T) {
 	for _, args := range [][]string{
 		{"download", "--local-dir", "", "org/m"},
 		{"download", "org/m", "--local-dir", ""},
-		{"download", "--cache-dir", "", "org/m"},
 	} {
 		_, err := runCLI(t, args...)
 		if vfExitCode(err) != 2 || !strings.Contains(err.Error(), "is empty") {
