@@ -163,3 +163,21 @@ func TestDownloadLocalDirNotADirectory(t *testing.T) {
 		t.Error("the dangling link's target was created")
 	}
 }
+
+// A bad flag value is one line naming the flag as typed (--name), exit 2,
+// for a boolean as for any other flag, before or after the repository.
+func TestDownloadBadFlagValue(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		args []string
+	}{
+		{"--json", []string{"download", "--json=maybe", "org/m"}},
+		{"--json", []string{"download", "org/m", "--json=maybe"}},
+		{"--connections", []string{"download", "--connections", "abc", "org/m"}},
+	} {
+		_, err := runCLI(t, tc.args...)
+		if vfExitCode(err) != 2 || !strings.Contains(err.Error(), " for "+tc.flag+":") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: exit %d, %v", tc.args, vfExitCode(err), err)
+		}
+	}
+}
