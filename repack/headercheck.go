@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/qpack-go/qpack/checkpoint"
 )
@@ -47,10 +48,17 @@ func blameCache(err error, src *Source) error {
 	}
 	for _, sh := range src.Shards() {
 		if sh.Name() == sm.Shard && sh.File() != nil {
-			if src.Offline() {
-				return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: download the repository again online", err, sh.Path())
+			// Name the blob itself, not the snapshot link to it: removing
+			// the link alone would not help, since a download relinks an
+			// existing blob without hashing it again.
+			blob := sh.Path()
+			if p, perr := filepath.EvalSymlinks(blob); perr == nil {
+				blob = p
 			}
-			return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: remove it (or rerun with --no-cache) to fetch the shard from the Hub", err, sh.Path())
+			if src.Offline() {
+				return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: remove it, then download the repository again online (a cached blob is reused without hashing)", err, blob)
+			}
+			return fmt.Errorf("%w; it was read from the HF cache blob %s, which is damaged: remove it (or rerun with --no-cache) to fetch the shard from the Hub", err, blob)
 		}
 	}
 	return err

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/qpack-go/qpack/internal/regfile"
 	"github.com/qpack-go/qpack/qpack"
 )
 
@@ -82,10 +85,37 @@ func WriteReceipt(path string, rc *Receipt) error {
 	return qpack.WriteFileAtomic(filepath.Clean(path), append(data, '\n'), 0o644)
 }
 
+// CheckReceiptTarget reports whether WriteReceipt may replace what is at
+// path: nothing, or a regular file holding a receipt (one an earlier
+// verification wrote). Anything else (a file qpack did not write, a
+// directory, a link, a device) is refused, so an explicit receipt path
+// never overwrites what qpack did not create.
+func CheckReceiptTarget(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s exists and is %s, not a receipt: not replaced", path, regfile.Describe(st.Mode()))
+	}
+	data, err := regfile.ReadFile(path, maxReceiptBytes)
+	if err == nil {
+		_, err = parseReceipt(data)
+	}
+	if err != nil {
+		return fmt.Errorf("%s exists and is not a receipt (%v): not replaced", path, err)
+	}
+	return nil
+}
+
 // Limits of a receipt read back.
 const (
 	maxReceiptString = 4096
 	maxReceiptFiles  = qpack.MaxFiles
+	maxReceiptBytes  = 64 << 20
 )
 
 // parseReceipt reads a receipt (untrusted: it is a file in the container

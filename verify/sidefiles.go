@@ -107,5 +107,12 @@ func cacheNote(src *Source, sh *SourceShard) string {
 	if src.Repo == "" || sh.path == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (read from the HF cache blob %s: remove it, or rerun with --no-cache)", sh.path)
+	// The blob itself, not the snapshot link to it: a download relinks an
+	// existing blob without hashing it, so removing the link alone would
+	// not help.
+	blob := sh.path
+	if p, err := filepath.EvalSymlinks(blob); err == nil {
+		blob = p
+	}
+	return fmt.Sprintf(" (read from the HF cache blob %s: remove it, or rerun online with --no-cache)", blob)
 }

@@ -45,10 +45,14 @@ func flagUsageError(cmd string, flags []cli.Flag, err error) error {
 	}
 	// "invalid value "x" for flag -n: parse error" and the like.
 	msg = strings.ReplaceAll(msg, "\n", " ")
-	if i := strings.Index(msg, " for flag -"); i >= 0 {
-		rest := msg[i+len(" for flag -"):]
-		name, tail, _ := strings.Cut(rest, ":")
-		msg = msg[:i] + " for " + dashed(strings.TrimLeft(name, "-")) + ":" + tail
+	// A boolean's is "invalid boolean value "x" for -name: parse error".
+	for _, pre := range []string{" for flag -", " for -"} {
+		if i := strings.Index(msg, pre); i >= 0 {
+			rest := msg[i+len(pre):]
+			name, tail, _ := strings.Cut(rest, ":")
+			msg = msg[:i] + " for " + dashed(strings.TrimLeft(name, "-")) + ":" + tail
+			break
+		}
 	}
 	return usageErr(cmd, "%s", msg)
 }

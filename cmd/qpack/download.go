@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/qpack-go/qpack/hfhub"
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 func init() {
@@ -55,6 +58,18 @@ func runDownload(cc *cli.Context) error {
 	repo := c.Args()[0]
 	if err := hfhub.ValidateRepoID(repo); err != nil {
 		return withCode(2, err)
+	}
+	// An empty --local-dir (say, an unset shell variable) would silently
+	// download into the cache instead of the directory meant.
+	// (An empty --cache-dir means the default cache, as in repack and
+	// verify-install.)
+	if c.isSet("local-dir") && c.String("local-dir") == "" {
+		return withCode(2, errors.New("download: --local-dir is empty"))
+	}
+	if d := c.String("local-dir"); d != "" {
+		if err := checkLocalDir(d); err != nil {
+			return withCode(2, fmt.Errorf("download: --local-dir %s: %w", d, err))
+		}
 	}
 	if n := c.Int("connections"); n < 1 || n > 256 {
 		return withCode(2, fmt.Errorf("download: --connections must be between 1 and 256, not %d", n))
@@ -233,4 +248,28 @@ func (p *termProgress) finish() {
 		summary += fmt.Sprintf("; %d failed", p.failed)
 	}
 	p.bar.finish(summary)
+}
+
+// checkLocalDir accepts a --local-dir that is a directory (or a link to
+// one) or does not exist yet; a file, a FIFO or a dangling link there is
+// bad input, told before any request.
+func checkLocalDir(d string) error {
+	st, err := os.Stat(d)
+	if err == nil {
+		if !st.IsDir() {
+			kind := "a regular file"
+			if !st.Mode().IsRegular() {
+				kind = regfile.Describe(st.Mode())
+			}
+			return fmt.Errorf("exists and is %s, not a directory", kind)
+		}
+		return nil
+	}
+	if lst, lerr := os.Lstat(d); lerr == nil && lst.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("is a link to nothing (%v)", err)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

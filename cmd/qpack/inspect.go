@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -260,7 +261,7 @@ func inspectCheckpoint(dir string) (*inspectReport, error) {
 func inspectContainer(dir string) (*inspectReport, error) {
 	c, err := qpack.Open(dir)
 	if err != nil {
-		return nil, err
+		return nil, inContainer(dir, err)
 	}
 	defer c.Close()
 	m := c.Manifest
@@ -468,3 +469,26 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%s (%d B)", sizeIEC(n), n)
 }
+
+// inContainer names the container a qpack.Error (whose File is relative to
+// the container) comes from: "DIR/manifest.json: unexpected end of JSON"
+// rather than "qpack: manifest.json: ...", which does not say which one.
+func inContainer(dir string, err error) error {
+	var qe *qpack.Error
+	if !errors.As(err, &qe) {
+		return err
+	}
+	msg := filepath.Join(dir, filepath.FromSlash(qe.File))
+	if qe.Key != "" {
+		msg += ": " + qe.Key
+	}
+	return &containerFileError{msg: msg + ": " + qe.Err.Error(), err: err}
+}
+
+type containerFileError struct {
+	msg string
+	err error
+}
+
+func (e *containerFileError) Error() string { return e.msg }
+func (e *containerFileError) Unwrap() error { return e.err }

@@ -150,6 +150,14 @@ func TestInspectSafetensorsFileAndErrors(t *testing.T) {
 	if _, err := runCLI(t, "inspect", empty); err == nil || !strings.Contains(err.Error(), "not a .qpack") {
 		t.Errorf("empty dir: got %v", err)
 	}
+	// A container whose manifest is cut short names the container's file,
+	// once.
+	ctr := filepath.Join(t.TempDir(), "c.qpack")
+	os.Mkdir(ctr, 0o755)
+	os.WriteFile(filepath.Join(ctr, "manifest.json"), []byte("{"), 0o644)
+	if _, err := runCLI(t, "inspect", ctr); err == nil || !strings.Contains(err.Error(), filepath.Join(ctr, "manifest.json")+": ") || strings.Count(err.Error(), "manifest.json") != 1 {
+		t.Errorf("bad manifest: got %v", err)
+	}
 	// A truncated safetensors file names the file.
 	bad := filepath.Join(t.TempDir(), "bad.safetensors")
 	os.WriteFile(bad, []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, '{'}, 0o644)

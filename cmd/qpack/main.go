@@ -63,6 +63,10 @@ func newApp() *cli.App {
 		Version:              version,
 		Commands:             commands,
 		EnableBashCompletion: true,
+		// A repeatable flag takes each value whole: --fault specs are
+		// comma-separated keys, --stop "a,b" is one stop string and
+		// --include "x,y.json" one glob.
+		DisableSliceFlagSeparator: true,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "verbose", Usage: "debug logging on stderr (accepted anywhere on the line)"},
 		},

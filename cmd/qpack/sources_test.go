@@ -254,7 +254,40 @@ func TestRepackDamagedCacheBlob(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("a container was placed")
 	}
-	if o, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--no-cache", "--output", out, "--reserve", "-1"); err != nil {
+	// Offline the way out is to remove the blob (not the snapshot link,
+	// which a download would relink to the same blob) and download again.
+	_, err = runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--offline", "--output", out, "--discard-partial", "--reserve", "-1")
+	if err == nil || !strings.Contains(err.Error(), blob) || !strings.Contains(err.Error(), "remove it") || vfExitCode(err) != 1 {
+		t.Fatalf("offline: exit %d, %v", vfExitCode(err), err)
+	}
+	if o, err := runCLI(t, "repack", "--from-hf", "org/tiny-moe", "--cache-dir", cache, "--no-cache", "--output", out, "--discard-partial", "--reserve", "-1"); err != nil {
 		t.Fatalf("--no-cache: %v\n%s", err, o)
+	}
+}
+
+// verify-install --deep --offline against a cache whose shard blob is
+// damaged blames the source and names the blob itself (not the snapshot
+// link, which a download would relink to the same blob).
+func TestVerifyDeepDamagedCacheBlobOffline(t *testing.T) {
+	srcHub(t)
+	cache, snapDir := srcDownload(t)
+	good := filepath.Join(t.TempDir(), "g.qpack")
+	if out, err := runCLI(t, "repack", "--from-dir", snapDir, "--output", good, "--reserve", "-1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	link := filepath.Join(snapDir, "model-00001-of-00003.safetensors")
+	blob, err := filepath.EvalSymlinks(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(blob, 0o644)
+	data, _ := os.ReadFile(blob)
+	data[len(data)-1] ^= 1
+	if err := os.WriteFile(blob, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "verify-install", good, "--deep", "--source", "org/tiny-moe", "--cache-dir", cache, "--offline", "--no-receipt")
+	if vfExitCode(err) != 2 || !strings.Contains(out, "HF cache blob "+blob+":") {
+		t.Fatalf("exit %d, %v\n%s", vfExitCode(err), err, out)
 	}
 }

@@ -65,6 +65,11 @@ func verifyInstall(c *cli.Context) error {
 	}
 	dir := lf.Args()[0]
 	asJSON := lf.Bool("json")
+	if p := lf.String("receipt"); p != "" && !lf.Bool("no-receipt") {
+		if err := verify.CheckReceiptTarget(p); err != nil {
+			return withCode(2, fmt.Errorf("verify-install: --receipt: %w", err))
+		}
+	}
 	o := verify.Options{Full: lf.Bool("full"), Workers: lf.Int("workers"), Logger: slog.Default()}
 
 	var bar *phaseBar

@@ -156,3 +156,40 @@ func TestExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// --receipt never replaces what qpack did not write: an existing file that
+// is not a receipt, or a directory, is refused (exit 2, naming it) before
+// anything is hashed, and left as it was; a receipt an earlier run wrote
+// there is replaced.
+func TestVerifyReceiptTarget(t *testing.T) {
+	src := filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-q4g64")
+	dir := filepath.Join(t.TempDir(), "tiny.qpack")
+	if _, err := repack.Run(context.Background(), repack.Options{FromDir: src, Output: dir, Reserve: -1, ToolVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	foreign := filepath.Join(tmp, "notes.json")
+	const keep = `{"mine": true}` + "\n"
+	if err := os.WriteFile(foreign, []byte(keep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{foreign, tmp} {
+		out, err := runCLI(t, "verify-install", "--receipt", target, dir)
+		if vfExitCode(err) != 2 || !strings.Contains(err.Error(), target) || strings.Contains(out, "ok (") {
+			t.Fatalf("--receipt %s: exit %d, %v\n%s", target, vfExitCode(err), err, out)
+		}
+	}
+	if got := string(vfReadFile(t, foreign)); got != keep {
+		t.Fatalf("foreign file changed: %q", got)
+	}
+	fresh := filepath.Join(tmp, "r.json")
+	for i := 0; i < 2; i++ { // the second run replaces its own receipt
+		if out, err := runCLI(t, "verify-install", "--receipt", fresh, dir); err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, out)
+		}
+	}
+	var rc verify.Receipt
+	if err := json.Unmarshal(vfReadFile(t, fresh), &rc); err != nil || len(rc.Files) == 0 {
+		t.Fatalf("receipt: %v %+v", err, rc)
+	}
+}
