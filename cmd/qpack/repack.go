@@ -118,7 +118,7 @@ func repackAction(c *cli.Context) error {
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, res)
 	}
-	printRepackSummary(c.App.Writer, res)
+	printRepackSummary(c.App.Writer, res, hf != "" && (o.Offline || hfhub.EnvOffline()))
 	return nil
 }
 
@@ -159,7 +159,7 @@ func repackExitCode(err error) int {
 	return 1
 }
 
-func printRepackSummary(w io.Writer, r *repack.Result) {
+func printRepackSummary(w io.Writer, r *repack.Result, offline bool) {
 	from := r.SourceDir
 	if r.Repo != "" {
 		from = r.Repo + "@" + repackShortCommit(r.Commit)
@@ -184,6 +184,8 @@ func printRepackSummary(w io.Writer, r *repack.Result) {
 	for _, s := range r.Shards {
 		how := "sha256 recorded"
 		switch {
+		case s.Verified && r.Repo != "" && offline:
+			how = "sha256 verified against the cached Hub listing (offline)"
 		case s.Verified && r.Repo != "":
 			how = "sha256 verified against the Hub"
 		case s.Verified:

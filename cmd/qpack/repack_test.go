@@ -139,3 +139,18 @@ func asExit(err error, target **exitError) bool {
 	}
 	return false
 }
+
+// An offline repack checked its shards against the cached listing, not the
+// Hub: the summary says which.
+func TestRepackSummaryOffline(t *testing.T) {
+	r := &repack.Result{Output: "x.qpack", Repo: "org/m", Commit: strings.Repeat("a", 40),
+		Shards: []repack.ShardResult{{Name: "model.safetensors", Size: 10, SHA256: strings.Repeat("b", 64), Verified: true}}}
+	for _, offline := range []bool{false, true} {
+		var b strings.Builder
+		printRepackSummary(&b, r, offline)
+		hub, cached := strings.Contains(b.String(), "verified against the Hub"), strings.Contains(b.String(), "cached Hub listing (offline)")
+		if hub == offline || cached != offline {
+			t.Errorf("offline %v:\n%s", offline, b.String())
+		}
+	}
+}
