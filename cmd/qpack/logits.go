@@ -121,6 +121,13 @@ func logitsAction(c *cli.Context) error {
 	if err != nil {
 		return withCode(2, err)
 	}
+	if flags.output != "" {
+		// Before the forward pass: a device or FIFO at --output would be
+		// replaced by the atomic rename.
+		if err := safetensors.CheckOutputPath(flags.output); err != nil {
+			return withCode(2, fmt.Errorf("logits: --output %w", err))
+		}
+	}
 	ref, err := resolveModelIn(arg, flags.revision, flags.cacheDir)
 	if err != nil {
 		return err
