@@ -230,14 +230,25 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 	want := sha256.Sum256([]byte(s.cfg.APIKey))
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		got, ok := bearerToken(r.Header.Get("Authorization"))
+		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
 			writeError(w, unauthorized())
 			return
 		}
 		h(w, r)
 	}
+}
+
+// bearerToken is the token of an Authorization header of the Bearer scheme,
+// whose name is case-insensitive (RFC 9110 section 11.1: "bearer KEY" is
+// the same as "Bearer KEY").
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // post reads a POST body bounded by MaxBody (413 beyond it).
