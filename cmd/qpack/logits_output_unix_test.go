@@ -54,3 +54,43 @@ func TestLogitsOutputNotRegular(t *testing.T) {
 		t.Fatalf("files left behind in %s: %v", dir, entries)
 	}
 }
+
+// An existing --output that qpack logits did not write (here a text file
+// and another safetensors file) is refused and left as it was; an earlier
+// logits output is replaced.
+func TestLogitsOutputOnlyReplacesItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	notes := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notes, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "weights.safetensors")
+	shard, err := filepath.Glob(filepath.Join("..", "..", "testdata", "tiny", "qwen3_next-f32", "*.safetensors"))
+	if err != nil || len(shard) == 0 {
+		t.Fatal("no tiny shard", err)
+	}
+	data, err := os.ReadFile(shard[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{notes, other} {
+		before, _ := os.ReadFile(p)
+		_, err := runLogitsCLI(t, logitsModel, "--tokens", "1,2", "--output", p)
+		var ee *exitError
+		if err == nil || !strings.Contains(err.Error(), "--output "+p+" exists and is not a file qpack logits wrote") || !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("--output %s: err = %v, want exit 2, not written by qpack logits", p, err)
+		}
+		if after, _ := os.ReadFile(p); string(after) != string(before) {
+			t.Errorf("%s was changed", p)
+		}
+	}
+	own := filepath.Join(dir, "logits.safetensors")
+	for i := range 2 {
+		if out, err := runLogitsCLI(t, logitsModel, "--tokens", "1,2", "--output", own); err != nil {
+			t.Fatalf("run %d onto %s: %v\n%s", i, own, err, out)
+		}
+	}
+}
