@@ -101,6 +101,14 @@ func (s *Server) run(ctx context.Context, j *job) (*outcome, bool, error) {
 	defer cancel()
 	stop := context.AfterFunc(s.stopCtx, cancel)
 	defer stop()
+	s.runMu.Lock()
+	s.cancelRun = cancel
+	s.runMu.Unlock()
+	defer func() {
+		s.runMu.Lock()
+		s.cancelRun = nil
+		s.runMu.Unlock()
+	}()
 	var got []byte
 	inner := j.onText
 	j.onText = func(t string) error {

@@ -84,6 +84,11 @@ type Server struct {
 	stopCtx  context.Context
 	stopNow  context.CancelFunc
 	stopping atomic.Bool
+	// cancelRun cancels the running generation (nil: none), so that Stop
+	// has stopped it by the time it returns (context.AfterFunc on stopCtx
+	// alone cancels later, from its own goroutine).
+	runMu     sync.Mutex
+	cancelRun context.CancelFunc
 
 	// gen runs one generation (replaced in tests by one that scripts the
 	// model's output text).
@@ -147,6 +152,11 @@ func (s *Server) SetLoadError(err error) {
 func (s *Server) Stop() {
 	s.stopping.Store(true)
 	s.stopNow()
+	s.runMu.Lock()
+	if s.cancelRun != nil {
+		s.cancelRun()
+	}
+	s.runMu.Unlock()
 }
 
 // PrefixStats describes the saved decode states (zero without reuse).
