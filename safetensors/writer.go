@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"unicode/utf8"
+
+	"github.com/qpack-go/qpack/internal/regfile"
 )
 
 // Spec describes a tensor to write.
@@ -253,8 +256,13 @@ func (w *Writer) Close() error {
 // file in the same directory, fsynced, renamed over path, and the directory
 // fsynced. data supplies each tensor's bytes in spec order; a reader that is
 // also an io.Closer is closed after use. On error nothing is left at path's
-// temporary name and path is untouched.
+// temporary name and path is untouched. An existing path that is not a
+// regular file (a device such as /dev/null, a FIFO, a directory) is refused
+// with a *regfile.NotRegularError: the rename would replace it.
 func WriteFile(path string, specs []Spec, metadata map[string]string, data func(i int, s Spec) (io.Reader, error)) (err error) {
+	if err := CheckOutputPath(path); err != nil {
+		return err
+	}
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -319,6 +327,16 @@ func syncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// CheckOutputPath reports whether WriteFile may write path: nothing there
+// yet, or a regular file (or a symlink to one) that the rename replaces.
+// Anything else is a *regfile.NotRegularError.
+func CheckOutputPath(path string) error {
+	if _, err := regfile.Check(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
 	return nil
 }

@@ -153,6 +153,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, e)
 		return
 	}
+	t, e := s.admit()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer t.release()
 	p := s.render(in)
 	ids := s.r.Tokenizer.Encode(p.text)
 	maxNew, e := s.limits(len(ids), in.gen.maxTokens, "messages")
@@ -162,7 +168,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	parser := newOutputParser(!s.cfg.ThinkInline, len(in.tools) > 0, p.inThink, func() string { return randomID("call_") })
 	j := &job{prompt: ids, text: p.text, gen: in.gen, maxNew: maxNew}
-	s.respond(w, r, j, &chatShape{h: s.newHead("chatcmpl-")}, parser, p.forced)
+	s.respond(w, r, t, j, &chatShape{h: s.newHead("chatcmpl-")}, parser, p.forced)
 }
 
 // accept decodes a request body into req and checks the model it names
@@ -182,16 +188,12 @@ func (s *Server) accept(w http.ResponseWriter, body []byte, req interface{ model
 	return true
 }
 
-// respond queues j, runs it and answers in the request's shape: one JSON
-// object, or a stream of chunks. parser splits the output (nil: all of it
-// is text); forced is output the prompt already holds.
-func (s *Server) respond(w http.ResponseWriter, r *http.Request, j *job, sh shape, parser *outputParser, forced string) {
-	t, e := s.admit()
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	defer t.release()
+// respond waits for t's turn, runs j and answers in the request's shape:
+// one JSON object, or a stream of chunks. parser splits the output (nil:
+// all of it is text); forced is output the prompt already holds. The
+// caller takes t (s.admit) before it renders and tokenizes the prompt, so
+// that no more requests than the queue holds spend CPU on that at once.
+func (s *Server) respond(w http.ResponseWriter, r *http.Request, t *ticket, j *job, sh shape, parser *outputParser, forced string) {
 	if parser == nil {
 		parser = newOutputParser(false, false, false, nil)
 	}

@@ -56,6 +56,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		writeError(w, e)
 		return
 	}
+	t, e := s.admit()
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	defer t.release()
 	if ids == nil {
 		if text == "" {
 			writeError(w, badRequest("prompt", "prompt is empty"))
@@ -78,5 +84,5 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, body []byte
 		return
 	}
 	j := &job{prompt: ids, text: text, gen: g, maxNew: maxNew}
-	s.respond(w, r, j, &textShape{h: s.newHead("cmpl-")}, nil, "")
+	s.respond(w, r, t, j, &textShape{h: s.newHead("cmpl-")}, nil, "")
 }

@@ -101,6 +101,14 @@ func (s *Server) run(ctx context.Context, j *job) (*outcome, bool, error) {
 	defer cancel()
 	stop := context.AfterFunc(s.stopCtx, cancel)
 	defer stop()
+	s.runMu.Lock()
+	s.cancelRun = cancel
+	s.runMu.Unlock()
+	defer func() {
+		s.runMu.Lock()
+		s.cancelRun = nil
+		s.runMu.Unlock()
+	}()
 	var got []byte
 	inner := j.onText
 	j.onText = func(t string) error {
@@ -133,10 +141,14 @@ func countToken(ctx context.Context) {
 // generate runs j on the model: it resumes from the longest saved state
 // that begins the prompt and samples the completion.
 func (s *Server) generate(ctx context.Context, j *job) (*outcome, error) {
+	start := time.Now()
 	cached, rest, err := s.sess.Resume(ctx, j.prompt, s.prefix)
 	if err != nil {
 		return nil, err
 	}
+	// Resume prefills the prompt up to its save point: that is prefill
+	// time too, not only Generate's tail.
+	resumed := time.Since(start)
 	res, err := s.sess.Generate(ctx, rest, runner.GenOptions{
 		MaxNew: j.maxNew, Sample: j.gen.sample, Stop: j.gen.stop, OnText: j.onText,
 		OnToken: func(int, []float32) { countToken(ctx) },
@@ -145,5 +157,5 @@ func (s *Server) generate(ctx context.Context, j *job) (*outcome, error) {
 		return nil, err
 	}
 	return &outcome{text: res.Text, reason: res.StopReason, completion: len(res.Tokens), cached: cached,
-		prefill: res.Prefill, decode: res.Decode}, nil
+		prefill: resumed + res.Prefill, decode: res.Decode}, nil
 }

@@ -161,13 +161,17 @@ func TestHTTPAuth(t *testing.T) {
 	var log strings.Builder
 	lw := &lockedWriter{w: &log}
 	_, ts := newTiny(t, Config{APIKey: "k-123", Logger: slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: slog.LevelDebug}))}, 0)
-	for _, h := range [][]string{nil, {"Authorization", "Bearer nope"}, {"Authorization", "k-123"}, {"Authorization", "Bearer k-1234"}} {
+	for _, h := range [][]string{nil, {"Authorization", "Bearer nope"}, {"Authorization", "k-123"}, {"Authorization", "Bearer k-1234"},
+		{"Authorization", "Basic k-123"}, {"Authorization", "Bearerk-123"}} {
 		res, data := post(t, ts.URL+"/v1/chat/completions", `{`+hi+`}`, h...)
 		wantError(t, res, data, http.StatusUnauthorized, "")
 	}
-	res, data := post(t, ts.URL+"/v1/chat/completions", `{"max_tokens":1,`+hi+`}`, "Authorization", "Bearer k-123")
-	if res.StatusCode != 200 {
-		t.Fatalf("%d %s", res.StatusCode, data)
+	// The scheme's name is case-insensitive (RFC 9110 section 11.1).
+	for _, key := range []string{"Bearer k-123", "bearer k-123", "BEARER  k-123"} {
+		res, data := post(t, ts.URL+"/v1/chat/completions", `{"max_tokens":1,`+hi+`}`, "Authorization", key)
+		if res.StatusCode != 200 {
+			t.Fatalf("Authorization: %s: %d %s", key, res.StatusCode, data)
+		}
 	}
 	if r, err := http.Get(ts.URL + "/health"); err != nil || r.StatusCode != 200 {
 		t.Fatal(r, err)

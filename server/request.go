@@ -242,6 +242,11 @@ func (c *common) params(defaults sample.Params, seed func() uint64) (genParams, 
 		}
 		*f.dst = v
 	}
+	if c.TopP != nil && *c.TopP == 0 {
+		// OpenAI's top_p 0 is the narrowest nucleus (the most likely
+		// token), not sample.Params' "off", which samples from all.
+		p.TopP = math.SmallestNonzeroFloat64
+	}
 	if c.TopK != nil {
 		switch k := *c.TopK; {
 		case k == -1 || k == 0: // -1 is "off" in vLLM and llama.cpp

@@ -84,6 +84,11 @@ type Server struct {
 	stopCtx  context.Context
 	stopNow  context.CancelFunc
 	stopping atomic.Bool
+	// cancelRun cancels the running generation (nil: none), so that Stop
+	// has stopped it by the time it returns (context.AfterFunc on stopCtx
+	// alone cancels later, from its own goroutine).
+	runMu     sync.Mutex
+	cancelRun context.CancelFunc
 
 	// gen runs one generation (replaced in tests by one that scripts the
 	// model's output text).
@@ -147,6 +152,11 @@ func (s *Server) SetLoadError(err error) {
 func (s *Server) Stop() {
 	s.stopping.Store(true)
 	s.stopNow()
+	s.runMu.Lock()
+	if s.cancelRun != nil {
+		s.cancelRun()
+	}
+	s.runMu.Unlock()
 }
 
 // PrefixStats describes the saved decode states (zero without reuse).
@@ -230,14 +240,25 @@ func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
 	}
 	want := sha256.Sum256([]byte(s.cfg.APIKey))
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		got, ok := bearerToken(r.Header.Get("Authorization"))
+		sum := sha256.Sum256([]byte(got))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 || !ok {
 			writeError(w, unauthorized())
 			return
 		}
 		h(w, r)
 	}
+}
+
+// bearerToken is the token of an Authorization header of the Bearer scheme,
+// whose name is case-insensitive (RFC 9110 section 11.1: "bearer KEY" is
+// the same as "Bearer KEY").
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // post reads a POST body bounded by MaxBody (413 beyond it).

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,7 +33,7 @@ func init() {
 			"(I64 [T]) and, with --dump-layers, each layer's output hidden state \"hidden.L\" [T, hidden].",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "tokens", Usage: "comma-separated token ids, e.g. 1,5,9 (required)"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the tensors to this safetensors file (a new one, or one qpack logits wrote before)"},
 			&cli.BoolFlag{Name: "dump-layers", Usage: "also write every layer's output hidden state (needs --output)"},
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object instead of a table"},
 			&cli.StringFlag{Name: "revision", Usage: "with a repository id as MODEL: the cached branch, tag or commit", DefaultText: "main"},
@@ -121,6 +123,11 @@ func logitsAction(c *cli.Context) error {
 	if err != nil {
 		return withCode(2, err)
 	}
+	if flags.output != "" {
+		if err := checkLogitsOutput(flags.output); err != nil {
+			return withCode(2, err)
+		}
+	}
 	ref, err := resolveModelIn(arg, flags.revision, flags.cacheDir)
 	if err != nil {
 		return err
@@ -201,6 +208,26 @@ func logitsAction(c *cli.Context) error {
 
 // writeLogits writes input_ids, greedy (I64 [T]), logits (F32 [T, V]) and
 // hidden.L (F32 [T, H]) to path, atomically.
+// logitsProducer is the __metadata__ "producer" of the files logits writes.
+const logitsProducer = "qpack logits"
+
+// checkLogitsOutput refuses, before the forward pass, an --output that the
+// atomic rename would replace and that qpack logits did not write: a
+// device or FIFO (/dev/null), a directory, or any other file than an
+// earlier logits output.
+func checkLogitsOutput(path string) error {
+	if err := safetensors.CheckOutputPath(path); err != nil {
+		return fmt.Errorf("logits: --output %w", err)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if h, err := safetensors.ReadFileHeader(path); err != nil || h.Metadata["producer"] != logitsProducer {
+		return fmt.Errorf("logits: --output %s exists and is not a file qpack logits wrote: move it away or choose another path", path)
+	}
+	return nil
+}
+
 func writeLogits(path string, tokens, greedy []int, logits []float32, V, H int, hidden [][]float32) error {
 	T := int64(len(tokens))
 	ints := func(v []int) []byte {
@@ -227,6 +254,6 @@ func writeLogits(path string, tokens, greedy []int, logits []float32, V, H int, 
 		specs = append(specs, safetensors.Spec{Name: fmt.Sprintf("hidden.%d", l), DType: safetensors.F32, Shape: []int64{T, int64(H)}})
 		data = append(data, floats(h))
 	}
-	return safetensors.WriteFile(path, specs, map[string]string{"producer": "qpack logits"},
+	return safetensors.WriteFile(path, specs, map[string]string{"producer": logitsProducer},
 		func(i int, _ safetensors.Spec) (io.Reader, error) { return bytes.NewReader(data[i]), nil })
 }
