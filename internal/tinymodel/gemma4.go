@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,34 +305,9 @@ func GenerateGemma4(dir string, s Gemma4Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("tinymodel: %w", err)
-	}
-	if err := removeCheckpointFiles(dir); err != nil {
-		return err
-	}
-	if err := writeShards(dir, tensors, s.Shards); err != nil {
-		return err
-	}
-	tok, err := buildTokenizer()
-	if err != nil {
-		return err
-	}
-	files := []struct {
-		name string
-		v    any
-	}{
-		{"config.json", gemma4Config(s, overrides, tok)},
-		{"generation_config.json", generationConfig(Spec{}, tok)},
-		{"tokenizer.json", tok.json()},
-		{"tokenizer_config.json", tok.configJSON()},
-	}
-	for _, f := range files {
-		if err := writeJSON(filepath.Join(dir, f.name), f.v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeCheckpoint(dir, tensors, s.Shards, func(tok *tokenizer) (config, generation any) {
+		return gemma4Config(s, overrides, tok), generationConfig(Spec{}, tok)
+	})
 }
 
 // gemma4Config returns config.json as the MLX conversions of the real

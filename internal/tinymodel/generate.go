@@ -38,25 +38,37 @@ func Generate(dir string, s Spec) error {
 	if err != nil {
 		return err
 	}
+	return writeCheckpoint(dir, tensors, s.Shards, func(tok *tokenizer) (config, generation any) {
+		return modelConfig(s, overrides, tok), generationConfig(s, tok)
+	})
+}
+
+// writeCheckpoint writes a checkpoint's files into dir (created if
+// missing): the tensors as model.safetensors or shards with an index, the
+// tiny tokenizer, and the config.json and generation_config.json that
+// configs returns for that tokenizer. Safetensors files and an index
+// already in dir are removed first.
+func writeCheckpoint(dir string, tensors []outTensor, shards int, configs func(*tokenizer) (config, generation any)) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("tinymodel: %w", err)
 	}
 	if err := removeCheckpointFiles(dir); err != nil {
 		return err
 	}
-	if err := writeShards(dir, tensors, s.Shards); err != nil {
+	if err := writeShards(dir, tensors, shards); err != nil {
 		return err
 	}
 	tok, err := buildTokenizer()
 	if err != nil {
 		return err
 	}
+	config, generation := configs(tok)
 	files := []struct {
 		name string
 		v    any
 	}{
-		{"config.json", modelConfig(s, overrides, tok)},
-		{"generation_config.json", generationConfig(s, tok)},
+		{"config.json", config},
+		{"generation_config.json", generation},
 		{"tokenizer.json", tok.json()},
 		{"tokenizer_config.json", tok.configJSON()},
 	}
