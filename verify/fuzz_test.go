@@ -86,7 +86,7 @@ func FuzzManifest(f *testing.F) {
 
 // expertRE is an independent spelling of the expert-name rule, for
 // FuzzParseExpertName.
-var expertRE = regexp.MustCompile(`^(.*\.)?layers\.(0|[1-9][0-9]{0,8})\.(?:.+\.)?(switch_mlp|switch_glu)\.((?:gate|up|down)_proj\.(?:weight|scales|biases))$`)
+var expertRE = regexp.MustCompile(`(?s)^(.*\.)?layers\.(0|[1-9][0-9]{0,8})\.(?:.+\.)?(switch_mlp|switch_glu)\.((?:gate|up|down)_proj\.(?:weight|scales|biases))$`)
 
 func FuzzParseExpertName(f *testing.F) {
 	for _, s := range []string{
