@@ -16,17 +16,19 @@ type LayerState = nn.LayerState
 // read, and the computation over them.
 type Graph interface {
 	// NewLayerStates returns a fresh decode state per layer (nil for a
-	// layer that keeps none).
-	NewLayerStates() []LayerState
+	// layer that keeps none) on dev, the device Forward will run on.
+	NewLayerStates(dev nn.Device) ([]LayerState, error)
 	// Forward runs a chunk of tokens (already checked to be in the
 	// vocabulary) at positions pos.., continuing from the layer states
 	// st, and returns logits as Model.Forward documents.
 	Forward(env Env, st []LayerState, pos int, tokens []int, opt *ForwardOptions) ([]float32, error)
 }
 
-// Env is what a forward pass runs with: the backend for the heavy products
-// and the source of the routed experts.
+// Env is what a forward pass runs with: the device that runs its layers
+// (Model.Device), the backend behind it, and the source of the routed
+// experts.
 type Env struct {
+	Device  nn.Device
 	Backend Backend
 	Experts ExpertSource
 }

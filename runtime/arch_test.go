@@ -54,8 +54,8 @@ func buildToy(w *runtime.Weights) (runtime.Graph, error) {
 	return g, nil
 }
 
-func (g *toyGraph) NewLayerStates() []runtime.LayerState {
-	return []runtime.LayerState{nil, nn.NewKVCache(toyKV*toyHD, toyKV*toyHD, toyW)}
+func (g *toyGraph) NewLayerStates(nn.Device) ([]runtime.LayerState, error) {
+	return []runtime.LayerState{nil, nn.NewKVCache(toyKV*toyHD, toyKV*toyHD, toyW)}, nil
 }
 
 func (g *toyGraph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) ([]float32, error) {
@@ -69,8 +69,8 @@ func (g *toyGraph) Forward(env runtime.Env, st []runtime.LayerState, pos int, to
 	r := nn.NewRouting(T, toyK)
 	nn.RouteSoftmaxTopK(r, R, T, toyE, true)
 	out := make([]float32, T*H)
-	moe := &nn.MoE{Backend: be, Experts: env.Experts, Act: nn.SiLUGate}
-	if err := moe.Run(0, x, T, H, r, nil, out); err != nil {
+	moe := &nn.MoE{Device: nn.HostDevice{Backend: be}, Experts: env.Experts, Act: nn.SiLUGate}
+	if err := moe.Run(0, nn.HostTensor(x), T, H, r, nil, nn.HostTensor(out)); err != nil {
 		return nil, err
 	}
 	nn.AddTo(x, out)

@@ -10,11 +10,14 @@ type State struct {
 	m      *Model
 	pos    int
 	layers []LayerState
+	err    error // making the layer states on the device failed
 }
 
-// NewState returns an empty decode state (position 0).
+// NewState returns an empty decode state (position 0) on the model's
+// device. If the device cannot hold it, Forward returns that error.
 func (m *Model) NewState() *State {
-	return &State{m: m, layers: m.graph.NewLayerStates()}
+	layers, err := m.graph.NewLayerStates(m.Device())
+	return &State{m: m, layers: layers, err: err}
 }
 
 // Pos is the number of tokens the state has seen.
@@ -65,6 +68,9 @@ func (m *Model) Forward(st *State, tokens []int, opt *ForwardOptions) ([]float32
 	if st == nil || st.m != m {
 		return nil, fmt.Errorf("forward: state does not belong to this model")
 	}
+	if st.err != nil {
+		return nil, fmt.Errorf("forward: %w", st.err)
+	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("forward: no tokens")
 	}
@@ -74,7 +80,7 @@ func (m *Model) Forward(st *State, tokens []int, opt *ForwardOptions) ([]float32
 			return nil, fmt.Errorf("forward: token %d at index %d out of range [0, %d)", tok, i, V)
 		}
 	}
-	logits, err := m.graph.Forward(Env{Backend: m.Backend, Experts: m.Experts}, st.layers, st.pos, tokens, opt)
+	logits, err := m.graph.Forward(Env{Device: m.Device(), Backend: m.Backend, Experts: m.Experts}, st.layers, st.pos, tokens, opt)
 	if err != nil {
 		return nil, err
 	}

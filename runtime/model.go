@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"github.com/qpack-go/qpack/runtime/nn"
 	"io"
 )
 
@@ -53,6 +54,18 @@ type Model struct {
 
 	closer io.Closer   // files behind the tensors and experts, if any
 	arena  *denseArena // the dense weights' memory from an Allocator, if any
+}
+
+// Device is the device the model's layers run on: the Backend's own when
+// it has one (nn.Layered: a GPU backend with the whole-layer seam), else
+// the host device over the Backend (CPU when nil).
+func (m *Model) Device() nn.Device {
+	if l, ok := m.Backend.(nn.Layered); ok {
+		if d := l.LayerDevice(); d != nil {
+			return d
+		}
+	}
+	return nn.HostDevice{Backend: m.Backend}
 }
 
 // Arch is the architecture the model runs.

@@ -30,13 +30,15 @@ type MLP struct {
 	Act            Activation
 }
 
-// Forward runs the MLP over T rows of xn into out [T, Down.Rows].
-func (d *MLP) Forward(be Backend, xn, out []float32, T int) {
+// Forward runs the MLP over T rows of xn into out [T, Down.Rows] on the
+// binding's device.
+func (d *MLP) Forward(b *Binding, xn, out Tensor, T int) {
+	dev := b.Dev
 	inter := d.Gate.Rows
-	g := make([]float32, T*inter)
-	u := make([]float32, T*inter)
-	be.MatMul(d.Gate, g, xn, T)
-	be.MatMul(d.Up, u, xn, T)
-	GLU(be, d.Act, g, g, u)
-	be.MatMul(d.Down, out, g, T)
+	g := dev.Temp(T * inter)
+	u := dev.Temp(T * inter)
+	dev.MatMul(b.M(&d.Gate), g, xn, T)
+	dev.MatMul(b.M(&d.Up), u, xn, T)
+	dev.GLU(d.Act, g, g, u, T*inter)
+	dev.MatMul(b.M(&d.Down), out, g, T)
 }

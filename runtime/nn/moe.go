@@ -39,17 +39,18 @@ func RouteSoftmaxTopK(r Routing, logits []float32, T, E int, norm bool) {
 	}
 }
 
-// MoE runs the routed experts of a layer: the expert-streaming protocol
-// every architecture uses. Given a Routing, it groups the chunk's (token,
-// slot) pairs by expert, tells an ExpertPrefetcher the chunk's experts
-// (ascending, each once), runs overlap (the compute that hides the reads:
-// a shared expert, a dense MLP), then for each expert in the same order
-// reads it (Expert), runs its GLU once over every token that chose it,
-// releases it, and finally combines: each token sums its experts' outputs
-// in its own top-k order, so the result does not depend on how tokens were
-// grouped.
+// MoE runs the routed experts of a layer on a Device: the
+// expert-streaming protocol every architecture uses. Given a Routing, it
+// groups the chunk's (token, slot) pairs by expert, asks the device's own
+// expert cache first, tells an ExpertPrefetcher the chunk's other experts
+// (ascending, each once), runs overlap (the compute that hides the reads: a
+// shared expert, a dense MLP), then for each expert in the same order reads
+// it (Expert) unless the device holds it, hands it to the device, queues
+// its GLU once over every token that chose it, releases it, and finally
+// combines: each token sums its experts' outputs in its own top-k order, so
+// the result does not depend on how tokens were grouped.
 type MoE struct {
-	Backend Backend
+	Device  Device
 	Experts ExpertSource
 	Act     Activation // the experts' gate activation
 }
@@ -57,8 +58,8 @@ type MoE struct {
 // Run computes out [T, H] = Σ_k Wts·expert_k(xe) for layer l, where xe
 // [T, H] is the experts' input. overlap, if set, runs between Prefetch and
 // the first read.
-func (d *MoE) Run(l int, xe []float32, T, H int, r Routing, overlap func(), out []float32) error {
-	be, k := d.Backend, r.K
+func (d *MoE) Run(l int, xe Tensor, T, H int, r Routing, overlap func(), out Tensor) error {
+	dev, k := d.Device, r.K
 	E := 0
 	for _, e := range r.Sel[:T*k] {
 		E = max(E, e+1)
@@ -83,45 +84,62 @@ func (d *MoE) Run(l int, xe []float32, T, H int, r Routing, overlap func(), out 
 			used = append(used, e)
 		}
 	}
-	if p, ok := d.Experts.(ExpertPrefetcher); ok {
-		p.Prefetch(l, used)
+	held := make([]ExpertMats, len(used))
+	have := make([]bool, len(used))
+	read := make([]int, 0, len(used))
+	for i, e := range used {
+		if held[i], have[i] = dev.CachedExpert(l, e); !have[i] {
+			read = append(read, e)
+		}
+	}
+	if p, ok := d.Experts.(ExpertPrefetcher); ok && len(read) > 0 {
+		p.Prefetch(l, read)
 	}
 	if overlap != nil {
 		overlap()
 	}
-	res := make([]float32, T*k*H)
-	var x, g, u, a, y []float32
+	res := dev.Temp(T * k * H)
+	most := 0
 	for _, e := range used {
+		most = max(most, count[e+1]-count[e])
+	}
+	var x, y Tensor
+	var g, u Tensor
+	for i, e := range used {
 		group := slots[count[e]:count[e+1]]
 		n := len(group)
-		w, err := d.Experts.Expert(l, e)
-		if err != nil {
-			return fmt.Errorf("layer %d: %w", l, err)
+		mats := held[i]
+		var w *ExpertWeights
+		if !have[i] {
+			var err error
+			if w, err = d.Experts.Expert(l, e); err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+			if mats, err = dev.Expert(w); err != nil {
+				d.Experts.Release(w)
+				return fmt.Errorf("layer %d expert %d: %w", l, e, err)
+			}
 		}
-		I := w.Gate.Rows
-		x = Grow(x, n*H)
-		for i, s := range group {
-			t := s / k
-			copy(x[i*H:(i+1)*H], xe[t*H:(t+1)*H])
+		I := mats.Gate.W.Rows
+		if x.Buf == nil {
+			x, y = dev.Temp(most*H), dev.Temp(most*H)
+			g, u = dev.Temp(most*I), dev.Temp(most*I)
 		}
-		g, u, a, y = Grow(g, n*I), Grow(u, n*I), Grow(a, n*I), Grow(y, n*H)
-		be.MatMul(w.Gate, g, x, n)
-		be.MatMul(w.Up, u, x, n)
-		GLU(be, d.Act, a, g, u)
-		be.MatMul(w.Down, y, a, n)
-		d.Experts.Release(w)
-		for i, s := range group {
-			copy(res[s*H:(s+1)*H], y[i*H:(i+1)*H])
+		rows := make([]int, n)
+		for j, s := range group {
+			rows[j] = s / k
 		}
+		dev.GatherRows(x, xe, rows, H)
+		dev.MatMul(mats.Gate, g, x, n)
+		dev.MatMul(mats.Up, u, x, n)
+		dev.GLU(d.Act, g, g, u, n*I)
+		dev.MatMul(mats.Down, y, g, n)
+		if w != nil {
+			d.Experts.Release(w)
+		}
+		dev.ScatterRows(res, y, group, H)
 	}
-	clear(out[:T*H])
-	for t := range T {
-		o := out[t*H : (t+1)*H]
-		for j := range k {
-			s := t*k + j
-			Axpy(o, r.Wts[s], res[s*H:(s+1)*H])
-		}
-	}
+	dev.Combine(out, res, r.Wts, T, k, H)
 	return nil
 }
 

@@ -1,76 +1,128 @@
 package gemma4
 
 import (
+	"fmt"
+
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
 // NewLayerStates implements runtime.Graph: a KV cache per layer, a ring of
 // the last sliding_window positions on the sliding layers.
-func (m *graph) NewLayerStates() []runtime.LayerState {
+func (m *graph) NewLayerStates(dev nn.Device) ([]runtime.LayerState, error) {
 	out := make([]runtime.LayerState, len(m.layers))
 	for l, ly := range m.layers {
 		w := ly.kv * ly.hd
-		out[l] = nn.NewKVCache(w, w, ly.window)
+		kv, err := dev.NewKV(w, w, ly.window)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d state on %s: %w", l, dev.Name(), err)
+		}
+		out[l] = kv
 	}
-	return out
+	return out, nil
 }
 
-// Forward implements runtime.Graph.
-func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) ([]float32, error) {
+// binding returns the graph's resident weights on dev, made on first use.
+func (m *graph) binding(dev nn.Device) *nn.Binding {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.bind == nil || m.bind.Dev != dev {
+		m.bind = nn.NewBinding(dev)
+	}
+	return m.bind
+}
+
+// Forward implements runtime.Graph on env.Device: each layer is queued
+// whole (its one wait is the router's top-k) and flushed at its end.
+func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) (logits []float32, err error) {
 	c := m.cfg
 	T, H, E := len(tokens), c.Hidden, c.Experts
-	be := env.Backend
-	x := make([]float32, T*H)
+	dev := env.Device
+	b := m.binding(dev)
+	defer func() {
+		if e := dev.EndPass(); err == nil && e != nil {
+			logits, err = nil, e
+		}
+	}()
+	emb := make([]float32, T*H)
 	for t, tok := range tokens {
-		row := x[t*H : (t+1)*H]
+		row := emb[t*H : (t+1)*H]
 		m.embed.Row(row, tok)
 		nn.Scale(row, m.embedScale)
 	}
-	xn := make([]float32, T*H)
-	mix := make([]float32, T*H)
-	h1 := make([]float32, T*H)
-	h2 := make([]float32, T*H)
-	xe := make([]float32, T*H)
-	R := make([]float32, T*E)
-	spec := nn.NewSpeculation(env.Experts, opt.Speculate, E)
-	moe := &nn.MoE{Backend: be, Experts: env.Experts, Act: nn.GELUTanhGate}
+	x := dev.Temp(T * H)
+	dev.Write(x, emb)
+	xn := dev.Temp(T * H)
+	mix := dev.Temp(T * H)
+	h1 := dev.Temp(T * H)
+	h2 := dev.Temp(T * H)
+	xe := dev.Temp(T * H)
+	R := dev.Temp(T * E)
+	norm := func(y, x nn.Tensor, w []float32, rows int) {
+		dev.RMSNorm(y, x, b.V(w), nn.NormSpec{Rows: rows, Width: H, Eps: m.eps})
+	}
+	var spec *nn.Speculation
+	if s := nn.NewSpeculation(env.Experts, opt.Speculate, E); s != nil {
+		spec = s
+	}
+	moe := &nn.MoE{Device: dev, Experts: env.Experts, Act: nn.GELUTanhGate}
+	var hook []float32
 	for l, ly := range m.layers {
+		kv, ok := st[l].(nn.KVState)
+		if !ok {
+			return nil, fmt.Errorf("layer %d: state %T is not a KV cache (a state of another model or device)", l, st[l])
+		}
 		if spec != nil {
 			// The router sees the residual after attention; the one
 			// entering the layer is the best early view of it.
-			m.routerLogits(be, ly, x, xn, R, T)
-			spec.Guess(l, R, T, E)
+			m.routerLogits(b, ly, x, xn, R, T)
+			spec.R = nn.Grow(spec.R, T*E)
+			if err := dev.Read(spec.R, R); err != nil {
+				return nil, err
+			}
+			spec.Guess(l, spec.R, T, E)
 		}
-		be.RMSNorm(xn, x, ly.inNorm, m.eps)
-		m.attention(be, st[l].(*nn.KVCache), pos, ly, xn, mix, T)
-		be.RMSNorm(xe, mix, ly.postAttnNorm, m.eps)
-		nn.AddTo(x, xe)
+		norm(xn, x, ly.inNorm, T)
+		m.attention(b, kv, pos, ly, xn, mix, T)
+		norm(xe, mix, ly.postAttnNorm, T)
+		dev.Add(x, xe, T*H)
 
 		// Route on the post-attention residual, then read the experts
 		// while the dense MLP computes.
-		m.routerLogits(be, ly, x, xn, R, T)
+		m.routerLogits(b, ly, x, xn, R, T)
 		r := nn.NewRouting(T, c.TopK)
-		nn.RouteSoftmaxTopK(r, R, T, E, true)
+		if err := dev.Route(r, R, T, E, true); err != nil {
+			return nil, err
+		}
 		for s, e := range r.Sel {
 			r.Wts[s] *= ly.expertScale[e]
 		}
 		dense := func() {
-			be.RMSNorm(xn, x, ly.preFF, m.eps)
-			ly.mlp.Forward(be, xn, mix, T)
-			be.RMSNorm(h1, mix, ly.postFF1, m.eps)
+			norm(xn, x, ly.preFF, T)
+			ly.mlp.Forward(b, xn, mix, T)
+			norm(h1, mix, ly.postFF1, T)
 		}
-		be.RMSNorm(xe, x, ly.preFF2, m.eps)
+		norm(xe, x, ly.preFF2, T)
 		if err := moe.Run(l, xe, T, H, r, dense, h2); err != nil {
 			return nil, err
 		}
-		be.RMSNorm(mix, h2, ly.postFF2, m.eps)
-		nn.AddTo(h1, mix)
-		be.RMSNorm(h2, h1, ly.postFF, m.eps)
-		nn.AddTo(x, h2)
-		nn.Scale(x, ly.scalar)
+		norm(mix, h2, ly.postFF2, T)
+		dev.Add(h1, mix, T*H)
+		norm(h2, h1, ly.postFF, T)
+		dev.Add(x, h2, T*H)
+		dev.Scale(x, ly.scalar, T*H)
+		if err := b.Err(); err != nil {
+			return nil, err
+		}
+		if err := dev.Flush(); err != nil {
+			return nil, err
+		}
 		if opt.LayerHook != nil {
-			opt.LayerHook(l, x)
+			hook = nn.Grow(hook, T*H)
+			if err := dev.Read(hook, x); err != nil {
+				return nil, err
+			}
+			opt.LayerHook(l, hook)
 		}
 	}
 	if opt.NoLogits {
@@ -78,67 +130,56 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	}
 	rows, n := x, T
 	if !opt.AllLogits {
-		rows, n = x[(T-1)*H:], 1
+		rows, n = x.Slice((T-1)*H, T*H), 1
 	}
-	normed := xn[:n*H]
-	be.RMSNorm(normed, rows, m.norm, m.eps)
-	logits := make([]float32, n*c.Vocab)
-	be.MatMul(m.head, logits, normed, n)
+	normed := xn.Slice(0, n*H)
+	norm(normed, rows, m.norm, n)
+	out := dev.Temp(n * c.Vocab)
+	dev.MatMul(b.M(&m.head), out, normed, n)
 	if m.softcap > 0 {
-		nn.Softcap(logits, m.softcap)
+		dev.Softcap(out, m.softcap, n*c.Vocab)
+	}
+	logits = make([]float32, n*c.Vocab)
+	if err := dev.Read(logits, out); err != nil {
+		return nil, err
 	}
 	return logits, nil
 }
 
 // routerLogits writes layer ly's router logits [T, E] for the residual x:
-// proj(rmsnorm(x) · scale · hidden^-0.5), using buf [T, H].
-func (m *graph) routerLogits(be runtime.Backend, ly *layer, x, buf, R []float32, T int) {
+// proj(rmsnorm(x) · scale · hidden^-0.5), using buf [T, H]. The weightless
+// norm times the scale is the weighted norm with the scale as its weight
+// (the same products in the same order).
+func (m *graph) routerLogits(b *nn.Binding, ly *layer, x, buf, R nn.Tensor, T int) {
 	H := m.cfg.Hidden
-	for t := range T {
-		nn.RMSNormUnit(buf[t*H:(t+1)*H], x[t*H:(t+1)*H], m.eps)
-	}
-	for t := range T {
-		row := buf[t*H : (t+1)*H]
-		for i := range row {
-			row[i] *= ly.routerScale[i]
-		}
-	}
-	be.MatMul(ly.router, R, buf, T)
+	b.Dev.RMSNorm(buf, x, b.V(ly.routerScale), nn.NormSpec{Rows: T, Width: H, Eps: m.eps})
+	b.Dev.MatMul(b.M(&ly.router), R, buf, T)
 }
 
 // attention is one layer's attention over a chunk of T tokens at
 // positions pos..: q/k norms with weights, a weightless v norm, RoPE on q
 // and k, scale 1, causal over the cache (the last window positions on a
 // sliding layer).
-func (m *graph) attention(be runtime.Backend, kv *nn.KVCache, pos int, ly *layer, xn, out []float32, T int) {
+func (m *graph) attention(b *nn.Binding, kv nn.KVState, pos int, ly *layer, xn, out nn.Tensor, T int) {
+	dev := b.Dev
 	Nh, Nkv, hd := ly.heads, ly.kv, ly.hd
 	qw, kvw := Nh*hd, Nkv*hd
-	Q := make([]float32, T*qw)
-	K := make([]float32, T*kvw)
-	V := make([]float32, T*kvw)
-	be.MatMul(ly.q, Q, xn, T)
-	be.MatMul(ly.k, K, xn, T)
+	Q := dev.Temp(T * qw)
+	K := dev.Temp(T * kvw)
+	V := dev.Temp(T * kvw)
+	dev.MatMul(b.M(&ly.q), Q, xn, T)
+	dev.MatMul(b.M(&ly.k), K, xn, T)
 	if ly.kEqV {
-		copy(V, K) // the raw keys, before k_norm and RoPE
+		dev.Copy(V, K) // the raw keys, before k_norm and RoPE
 	} else {
-		be.MatMul(ly.v, V, xn, T)
+		dev.MatMul(b.M(&ly.v), V, xn, T)
 	}
-	for t := range T {
-		p := pos + t
-		for h := range Nh {
-			q := Q[t*qw+h*hd : t*qw+(h+1)*hd]
-			nn.RMSNorm(q, q, ly.qNorm, m.eps)
-			ly.rope.Apply(q, p)
-		}
-		for g := range Nkv {
-			k := K[t*kvw+g*hd : t*kvw+(g+1)*hd]
-			nn.RMSNorm(k, k, ly.kNorm, m.eps)
-			ly.rope.Apply(k, p)
-			v := V[t*kvw+g*hd : t*kvw+(g+1)*hd]
-			nn.RMSNormUnit(v, v, m.eps)
-		}
-	}
-	O := make([]float32, T*Nh*hd)
-	kv.Attend(O, Q, K, V, T, nn.AttnDims{Heads: Nh, KVHeads: Nkv, HeadDim: hd, QStride: hd, Scale: 1})
-	be.MatMul(ly.o, out, O, T)
+	dev.RMSNorm(Q, Q, b.V(ly.qNorm), nn.NormSpec{Rows: T * Nh, Width: hd, Eps: m.eps, XStride: hd, YStride: hd})
+	dev.RoPE(Q, ly.rope, nn.RoPESpec{Rows: T * Nh, PerPos: Nh, Stride: hd, Pos0: pos})
+	dev.RMSNorm(K, K, b.V(ly.kNorm), nn.NormSpec{Rows: T * Nkv, Width: hd, Eps: m.eps})
+	dev.RoPE(K, ly.rope, nn.RoPESpec{Rows: T * Nkv, PerPos: Nkv, Stride: hd, Pos0: pos})
+	dev.RMSNorm(V, V, nn.Tensor{}, nn.NormSpec{Rows: T * Nkv, Width: hd, Eps: m.eps, Kind: nn.NormUnit})
+	O := dev.Temp(T * Nh * hd)
+	dev.Attention(kv, O, Q, K, V, T, nn.AttnDims{Heads: Nh, KVHeads: Nkv, HeadDim: hd, QStride: hd, Scale: 1})
+	dev.MatMul(b.M(&ly.o), out, O, T)
 }

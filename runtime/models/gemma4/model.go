@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/runtime"
@@ -22,6 +23,9 @@ type graph struct {
 	layers     []*layer
 	eps        float32
 	softcap    float32
+
+	mu   sync.Mutex
+	bind *nn.Binding // the resident weights on the last device used
 }
 
 type layer struct {

@@ -7,133 +7,154 @@ import (
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
-// Forward implements runtime.Graph. The conv and the DeltaNet recurrence
-// are sequential inside the chunk; everything else runs over it at once.
-func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) ([]float32, error) {
+// Forward implements runtime.Graph on env.Device: each layer is queued
+// whole (its only wait is the router's top-k, which says which experts to
+// read), and flushed at its end.
+func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) (logits []float32, err error) {
 	c := m.cfg
 	T := len(tokens)
 	H := c.Hidden
-	be := env.Backend
-	x := make([]float32, T*H)
+	dev := env.Device
+	b := m.binding(dev)
+	defer func() {
+		if e := dev.EndPass(); err == nil && e != nil {
+			logits, err = nil, e
+		}
+	}()
+	emb := make([]float32, T*H)
 	for t, tok := range tokens {
-		m.embed.Row(x[t*H:(t+1)*H], tok)
+		m.embed.Row(emb[t*H:(t+1)*H], tok)
 	}
-	xn := make([]float32, T*H)
-	mix := make([]float32, T*H)
+	x := dev.Temp(T * H)
+	dev.Write(x, emb)
+	xn := dev.Temp(T * H)
+	mix := dev.Temp(T * H)
 	spec := nn.NewSpeculation(env.Experts, opt.Speculate, c.Experts)
-	moe := &nn.MoE{Backend: be, Experts: env.Experts, Act: nn.SiLUGate}
+	moe := &nn.MoE{Device: dev, Experts: env.Experts, Act: nn.SiLUGate}
+	norm := func(y, x nn.Tensor, w []float32, rows int) {
+		dev.RMSNorm(y, x, b.V(w), nn.NormSpec{Rows: rows, Width: H, Eps: m.eps})
+	}
+	var hook []float32
 	for l, ly := range m.layers {
-		be.RMSNorm(xn, x, ly.inNorm, m.eps)
+		norm(xn, x, ly.inNorm, T)
 		if spec != nil && ly.moe != nil {
-			m.speculate(be, spec, l, ly, x, T)
+			if err := m.speculate(b, spec, l, ly, x, T); err != nil {
+				return nil, err
+			}
 		}
 		if ly.attn != nil {
-			m.attention(be, st[l].(*nn.KVCache), pos, ly.attn, xn, mix, T)
+			kv, ok := st[l].(nn.KVState)
+			if !ok {
+				return nil, errState(l, st[l])
+			}
+			m.attention(b, kv, pos, ly.attn, xn, mix, T)
 		} else {
-			m.deltaNet(be, st[l].(*deltaState), ly.lin, xn, mix, T)
+			ts, ok := st[l].(nn.TensorState)
+			if !ok {
+				return nil, errState(l, st[l])
+			}
+			m.deltaNet(b, ts, ly.lin, xn, mix, T)
 		}
-		nn.AddTo(x, mix)
-		be.RMSNorm(xn, x, ly.postNorm, m.eps)
+		dev.Add(x, mix, T*H)
+		norm(xn, x, ly.postNorm, T)
 		if ly.moe != nil {
-			if err := m.moe(be, moe, l, ly.moe, xn, mix, T); err != nil {
+			if err := m.moe(b, moe, l, ly.moe, xn, mix, T); err != nil {
 				return nil, err
 			}
 		} else {
-			ly.mlp.Forward(be, xn, mix, T)
+			ly.mlp.Forward(b, xn, mix, T)
 		}
-		nn.AddTo(x, mix)
+		dev.Add(x, mix, T*H)
+		if err := b.Err(); err != nil {
+			return nil, err
+		}
+		if err := dev.Flush(); err != nil {
+			return nil, err
+		}
 		if opt.LayerHook != nil {
-			opt.LayerHook(l, x)
+			hook = nn.Grow(hook, T*H)
+			if err := dev.Read(hook, x); err != nil {
+				return nil, err
+			}
+			opt.LayerHook(l, hook)
 		}
 	}
 	if opt.NoLogits {
 		return nil, nil
 	}
-	rows := x
-	n := T
+	rows, n := x, T
 	if !opt.AllLogits {
-		rows, n = x[(T-1)*H:], 1
+		rows, n = x.Slice((T-1)*H, T*H), 1
 	}
-	normed := xn[:n*H]
-	be.RMSNorm(normed, rows, m.norm, m.eps)
-	logits := make([]float32, n*c.Vocab)
-	be.MatMul(m.head, logits, normed, n)
+	normed := xn.Slice(0, n*H)
+	norm(normed, rows, m.norm, n)
+	out := dev.Temp(n * c.Vocab)
+	dev.MatMul(b.M(&m.head), out, normed, n)
+	logits = make([]float32, n*c.Vocab)
+	if err := dev.Read(logits, out); err != nil {
+		return nil, err
+	}
 	return logits, nil
 }
 
 // attention is the gated full-attention mixer over a chunk of T tokens at
 // positions pos...
-func (m *graph) attention(be runtime.Backend, kv *nn.KVCache, pos int, a *attention, xn, out []float32, T int) {
+func (m *graph) attention(b *nn.Binding, kv nn.KVState, pos int, a *attention, xn, out nn.Tensor, T int) {
 	c := m.cfg
+	dev := b.Dev
 	Nh, Nkv, hd := c.Heads, c.KVHeads, c.HeadDim
 	qStep := hd // distance between heads in the q_proj output
 	if c.AttnOutputGate {
 		qStep = 2 * hd
 	}
 	qw, kvw := Nh*qStep, Nkv*hd
-	Q := make([]float32, T*qw)
-	K := make([]float32, T*kvw)
-	V := make([]float32, T*kvw)
-	be.MatMul(a.q, Q, xn, T)
-	be.MatMul(a.k, K, xn, T)
-	be.MatMul(a.v, V, xn, T)
-	for t := range T {
-		p := pos + t
-		for h := range Nh {
-			q := Q[t*qw+h*qStep : t*qw+h*qStep+hd]
-			nn.RMSNorm(q, q, a.qNorm, m.eps)
-			m.rope.Apply(q, p)
-		}
-		for g := range Nkv {
-			k := K[t*kvw+g*hd : t*kvw+(g+1)*hd]
-			nn.RMSNorm(k, k, a.kNorm, m.eps)
-			m.rope.Apply(k, p)
-		}
-	}
-	O := make([]float32, T*Nh*hd)
-	kv.Attend(O, Q, K, V, T, nn.AttnDims{Heads: Nh, KVHeads: Nkv, HeadDim: hd, QStride: qStep,
+	Q := dev.Temp(T * qw)
+	K := dev.Temp(T * kvw)
+	V := dev.Temp(T * kvw)
+	dev.MatMul(b.M(&a.q), Q, xn, T)
+	dev.MatMul(b.M(&a.k), K, xn, T)
+	dev.MatMul(b.M(&a.v), V, xn, T)
+	dev.RMSNorm(Q, Q, b.V(a.qNorm), nn.NormSpec{Rows: T * Nh, Width: hd, XStride: qStep, YStride: qStep, Eps: m.eps})
+	dev.RoPE(Q, m.rope, nn.RoPESpec{Rows: T * Nh, PerPos: Nh, Stride: qStep, Pos0: pos})
+	dev.RMSNorm(K, K, b.V(a.kNorm), nn.NormSpec{Rows: T * Nkv, Width: hd, Eps: m.eps})
+	dev.RoPE(K, m.rope, nn.RoPESpec{Rows: T * Nkv, PerPos: Nkv, Stride: hd, Pos0: pos})
+	O := dev.Temp(T * Nh * hd)
+	dev.Attention(kv, O, Q, K, V, T, nn.AttnDims{Heads: Nh, KVHeads: Nkv, HeadDim: hd, QStride: qStep,
 		Scale: float32(1 / math.Sqrt(float64(hd)))})
 	if c.AttnOutputGate {
-		for t := range T {
-			for h := range Nh {
-				o := O[(t*Nh+h)*hd : (t*Nh+h+1)*hd]
-				gate := Q[t*qw+h*qStep+hd : t*qw+(h+1)*qStep]
-				for i := range o {
-					o[i] *= nn.Sigmoid(gate[i])
-				}
-			}
-		}
+		dev.SigmoidMul(O, Q.Slice(hd, T*qw), T*Nh, hd, hd, qStep)
 	}
-	be.MatMul(a.o, out, O, T)
+	dev.MatMul(b.M(&a.o), out, O, T)
 }
 
 // moe is the sparse MoE block over a chunk of T tokens: softmax top-k
 // routing, the routed experts through the dispatcher (the shared expert
 // computes while they are read), then the sigmoid-gated shared expert.
-func (m *graph) moe(be runtime.Backend, d *nn.MoE, l int, b *moeBlock, xn, out []float32, T int) error {
+func (m *graph) moe(b *nn.Binding, d *nn.MoE, l int, mb *moeBlock, xn, out nn.Tensor, T int) error {
 	c := m.cfg
+	dev := b.Dev
 	E, H := c.Experts, c.Hidden
-	R := make([]float32, T*E)
-	be.MatMul(b.router, R, xn, T)
+	R := dev.Temp(T * E)
+	dev.MatMul(b.M(&mb.router), R, xn, T)
 	r := nn.NewRouting(T, c.TopK)
-	nn.RouteSoftmaxTopK(r, R, T, E, c.NormTopK)
-	var sh, sg []float32
+	if err := dev.Route(r, R, T, E, c.NormTopK); err != nil {
+		return err
+	}
+	var sh, sg nn.Tensor
 	var overlap func()
-	if b.shared != nil {
+	if mb.shared != nil {
 		overlap = func() {
-			sh = make([]float32, T*H)
-			b.shared.Forward(be, xn, sh, T)
-			sg = make([]float32, T)
-			be.MatMul(b.sharedGate, sg, xn, T)
+			sh = dev.Temp(T * H)
+			mb.shared.Forward(b, xn, sh, T)
+			sg = dev.Temp(T)
+			dev.MatMul(b.M(&mb.sharedGate), sg, xn, T)
 		}
 	}
 	if err := d.Run(l, xn, T, H, r, overlap, out); err != nil {
 		return err
 	}
-	if sh != nil {
-		for t := range T {
-			nn.Axpy(out[t*H:(t+1)*H], nn.Sigmoid(sg[t]), sh[t*H:(t+1)*H])
-		}
+	if mb.shared != nil {
+		dev.AddGated(out, sh, sg, T, H)
 	}
 	return nil
 }
@@ -142,12 +163,19 @@ func (m *graph) moe(be runtime.Backend, d *nn.MoE, l int, b *moeBlock, xn, out [
 // the layer [T, Hidden]: the router on post_attention_layernorm(x) (the
 // router proper sees that norm of x plus the mixer's output; on the
 // synthetic models this guesses a little better than the input_layernorm
-// the mixer sees). It reads x and writes only the speculation's buffers.
-func (m *graph) speculate(be runtime.Backend, sp *nn.Speculation, l int, ly *layer, x []float32, T int) {
-	E := m.cfg.Experts
-	sp.XN = nn.Grow(sp.XN, T*m.cfg.Hidden)
-	be.RMSNorm(sp.XN, x, ly.postNorm, m.eps)
+// the mixer sees). It reads x and writes only its own scratch, and waits
+// for the device (the guess is made on the host).
+func (m *graph) speculate(b *nn.Binding, sp *nn.Speculation, l int, ly *layer, x nn.Tensor, T int) error {
+	dev := b.Dev
+	E, H := m.cfg.Experts, m.cfg.Hidden
+	xn := dev.Temp(T * H)
+	dev.RMSNorm(xn, x, b.V(ly.postNorm), nn.NormSpec{Rows: T, Width: H, Eps: m.eps})
+	R := dev.Temp(T * E)
+	dev.MatMul(b.M(&ly.moe.router), R, xn, T)
 	sp.R = nn.Grow(sp.R, T*E)
-	be.MatMul(ly.moe.router, sp.R, sp.XN, T)
+	if err := dev.Read(sp.R, R); err != nil {
+		return err
+	}
 	sp.Guess(l, sp.R, T, E)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -19,6 +20,11 @@ type graph struct {
 	layers []*layer
 	rope   *nn.RoPE
 	eps    float32
+
+	mu        sync.Mutex
+	bind      *nn.Binding // the resident weights on the last device used
+	gather    map[*deltaNet]*fusedGathers
+	gatherDev *nn.Binding
 }
 
 type layer struct {
