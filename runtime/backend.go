@@ -2,13 +2,14 @@ package runtime
 
 import "github.com/qpack-go/qpack/runtime/nn"
 
-// Backend is the seam between the model graph and the hardware that runs
-// its heavy arithmetic (the interface is nn.Backend, where the
-// architectures' blocks call it). The graph (an architecture package) owns the control flow, the
-// decode state and the small sequential parts (the causal conv, the DeltaNet
-// recurrence, attention over the cache, routing); a backend owns the
-// operations that dominate the cost of a layer. CPU is the implementation in
-// this package; package metal implements the same interface on Apple GPUs.
+// Backend is the seam for the heavy products (the interface is nn.Backend).
+// Graphs do not call it directly: they queue whole layers on an nn.Device
+// (Model.Device), which is the backend's own when it implements nn.Layered
+// (package cuda) and otherwise nn.HostDevice over the backend, which runs
+// the small parts (the causal conv, the DeltaNet recurrence, attention over
+// the cache, routing) on the host and the products, weighted norms and
+// SwiGLU through the Backend. CPU is the implementation in this package;
+// packages metal and cuda implement the same interface on GPUs.
 //
 // Contract:
 //   - All slices are row-major float32. A batch of n rows is n consecutive

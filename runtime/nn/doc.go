@@ -1,13 +1,16 @@
 // Package nn holds the model-neutral building blocks that every
-// architecture of the runner is written with: the Backend seam for the
-// heavy products, RMSNorm and RoPE variants, a KV-attention core over a
-// full or sliding-window (ring-buffer) cache, a GLU MLP with its activation
-// as a parameter, and the one MoE dispatcher that implements the
-// expert-streaming protocol (route, group tokens by expert, prefetch and
-// speculate, read, release, combine) against an ExpertSource.
+// architecture of the runner is written with: the Device seam, on which a
+// graph queues a whole layer's work over tensors the device owns (device.go;
+// HostDevice is the reference implementation, over the Backend seam for the
+// heavy products), RMSNorm and RoPE variants, a KV-attention core over a
+// full or sliding-window (ring-buffer) cache, the Gated DeltaNet conv and
+// recurrence, a GLU MLP with its activation as a parameter, the residency
+// hook (Binding) that makes a graph's dense weights resident on a device
+// once, and the one MoE dispatcher that implements the expert-streaming
+// protocol (route, group tokens by expert, ask the device's expert cache,
+// prefetch and speculate, read, release, combine) against an ExpertSource.
 //
-// Everything works on row-major float32 slices and mlxq matrices; nothing
-// here knows a tensor name or a model_type. Architectures (packages under
-// runtime/models) compose these blocks and register themselves with
+// Nothing here knows a tensor name or a model_type. Architectures (packages
+// under runtime/models) compose these blocks and register themselves with
 // package runtime.
 package nn
