@@ -289,6 +289,14 @@ func (s *Server) post(h func(http.ResponseWriter, *http.Request, []byte)) http.H
 			writeError(w, badRequest("", "reading the request body: %v", err))
 			return
 		}
+		body, aerr := decodeContent(r, body, s.cfg.MaxBody)
+		if aerr != nil {
+			if aerr.Status == http.StatusUnsupportedMediaType {
+				w.Header().Set("Accept-Encoding", "gzip, identity")
+			}
+			writeError(w, aerr)
+			return
+		}
 		h(w, r, body)
 	}
 }
