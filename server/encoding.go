@@ -51,4 +51,3 @@ func unsupportedEncoding(codings string) *APIError {
 	return &APIError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
 		Message: fmt.Sprintf("Content-Encoding %q is not supported: send the body as is (identity) or gzip", codings)}
 }
-
