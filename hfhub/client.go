@@ -437,8 +437,12 @@ func (c *Client) do(ctx context.Context, rc *retryablehttp.Client, method string
 	return rc.Do(req)
 }
 
-// getJSON GETs an API URL and returns its body (bounded) and headers.
-func (c *Client) getJSON(ctx context.Context, u *url.URL) ([]byte, http.Header, error) {
+// getJSON GETs an API URL and returns its body (bounded) and headers,
+// after parse accepted it. A body parse refuses (malformed or invalid JSON:
+// one corrupted or cut response among good ones, as a flaky proxy gives) is
+// fetched again like a failed read, within MaxRetries; the last refusal is
+// the error.
+func (c *Client) getJSON(ctx context.Context, u *url.URL, parse func([]byte) error) ([]byte, http.Header, error) {
 	var lastErr error
 	for attempt := 0; attempt <= c.opts.MaxRetries; attempt++ {
 		if attempt > 0 {
@@ -462,7 +466,13 @@ func (c *Client) getJSON(ctx context.Context, u *url.URL) ([]byte, http.Header, 
 			return nil, nil, fmt.Errorf("%s: %w: response larger than %d MiB", redact(u), ErrBadResponse, maxJSONBytes>>20)
 		}
 		if err == nil {
-			return body, resp.Header, nil
+			perr := parse(body)
+			if perr == nil {
+				return body, resp.Header, nil
+			}
+			lastErr = perr
+			c.log.Warn("hub answer refused, asking again", "url", redact(u), "attempt", attempt+1, "err", perr)
+			continue
 		}
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
@@ -524,11 +534,15 @@ func (c *Client) ModelInfo(ctx context.Context, repo, revision string) (*ModelIn
 	if err != nil {
 		return nil, err
 	}
-	body, _, err := c.getJSON(withInfo(ctx, reqInfo{repo: repo, revision: revision}), u)
+	var mi *ModelInfo
+	_, _, err = c.getJSON(withInfo(ctx, reqInfo{repo: repo, revision: revision}), u, func(body []byte) (err error) {
+		mi, err = parseModelInfo(repo, body)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	return parseModelInfo(repo, body)
+	return mi, nil
 }
 
 // Resolve pins a revision (branch, tag or commit) to its 40-hex commit.
@@ -604,13 +618,16 @@ func (c *Client) listFiles(ctx context.Context, repo, commit string, expect int)
 			return nil, fmt.Errorf("tree of %s: %w: more than %d pages%s", repo, ErrBadResponse, maxPages, why)
 		}
 		seen[u.String()] = true
-		body, hdr, err := c.getJSON(ctx, u)
+		var fs []FileInfo
+		var n int
+		_, hdr, err := c.getJSON(ctx, u, func(body []byte) (err error) {
+			if fs, n, err = parseTreePageN(repo, body); err != nil {
+				return fmt.Errorf("%w (page %d)", err, page+1)
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		fs, n, err := parseTreePageN(repo, body)
-		if err != nil {
-			return nil, fmt.Errorf("%w (page %d)", err, page+1)
 		}
 		files = append(files, fs...)
 		if len(files) > maxFiles {

@@ -77,7 +77,10 @@ func faultCases() []faultCase {
 		{name: "signed URL expires", fault: hubtest.Fault{Kind: hubtest.FaultExpire, Route: hubtest.RouteCDN, Skip: 2, Times: 2}, ok: true},
 		{name: "redirect loop", fault: hubtest.Fault{Kind: hubtest.FaultRedirectLoop, Route: hubtest.RouteResolve, Path: lfsPath, Times: -1}, errHas: "redirect loop"},
 		{name: "captive portal", fault: hubtest.Fault{Kind: hubtest.FaultHTML, Route: hubtest.RouteResolve, Path: regPath, Times: -1}, errHas: "no ETag"},
-		{name: "truncated tree JSON", fault: hubtest.Fault{Kind: hubtest.FaultTruncatedJSON, Route: hubtest.RouteTree}, errHas: "invalid response"},
+		{name: "truncated tree JSON once", fault: hubtest.Fault{Kind: hubtest.FaultTruncatedJSON, Route: hubtest.RouteTree}, ok: true},
+		{name: "truncated tree JSON always", fault: hubtest.Fault{Kind: hubtest.FaultTruncatedJSON, Route: hubtest.RouteTree, Times: -1}, errHas: "invalid response"},
+		{name: "truncated model info once", fault: hubtest.Fault{Kind: hubtest.FaultTruncatedJSON, Route: hubtest.RouteInfo}, ok: true},
+		{name: "truncated model info always", fault: hubtest.Fault{Kind: hubtest.FaultTruncatedJSON, Route: hubtest.RouteInfo, Times: -1}, errHas: "invalid response"},
 	}
 }
 
