@@ -28,6 +28,9 @@ import (
 //   - Results must not depend on how work is split into calls (the rows of a
 //     batch) beyond float round-off, and must be deterministic: the same
 //     inputs give the same bits.
+//   - Host slices an op takes (GatherRows' and ScatterRows' rows, Combine's
+//     weights, Write's source) may be reused by the caller as soon as the op
+//     returns: a device that runs the op later copies them first.
 //   - A device is used from one goroutine at a time per forward pass.
 //   - Flush marks the end of a layer: a device that batches work submits what
 //     is queued (one command buffer per layer). It need not wait.
