@@ -51,8 +51,8 @@ func sameBitsF32(t *testing.T, what string, got, want []float32) {
 
 // Every tiny model through the strict device gives bit-identical logits
 // and hidden states to the host device (it runs the same arithmetic, only
-// queued and checked), as one chunk and then decoding on, and with
-// speculation on.
+// queued and checked), as one chunk and then decoding on, and after a
+// snapshot Restore.
 func TestStrictDeviceMatchesHost(t *testing.T) {
 	dirs, err := devicetest.TinyModels()
 	if err != nil {

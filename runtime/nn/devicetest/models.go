@@ -71,8 +71,9 @@ func TinyModels() ([]string, error) {
 // of a fixed prompt within tol's ModelF32 or ModelQuant of max |logit|
 // and the same greedy tokens; a chunked prefill against step-by-step
 // decode on be; and a .qpack repacked from the model, run with a
-// one-slot expert cache (every expert read again, slots reused) against
-// every expert resident: the same greedy generation. A missing testdata
+// one-slot expert cache (every expert read again, slots reused), with and
+// without speculative reads, against every expert resident: the same
+// greedy generation. A missing testdata
 // directory skips, saying why.
 func Models(t *testing.T, be runtime.Backend, tol ...Tolerances) {
 	tl := DefaultTolerances()
@@ -129,8 +130,8 @@ func modelCase(t *testing.T, be runtime.Backend, dir string, tl Tolerances) {
 	sameGreedy(t, "step-by-step", steps, got, V, bound*scale)
 
 	// Greedy generation against CPU.
-	gc, lc := greedy(t, cpu, toks, genSteps)
-	gd, ld := greedy(t, dev, toks, genSteps)
+	gc, lc := greedy(t, cpu, toks, genSteps, 0)
+	gd, ld := greedy(t, dev, toks, genSteps, 0)
 	compareGen(t, "generation against CPU", gd, ld, gc, lc, V, bound, scale)
 
 	// A .qpack, a one-slot expert cache against every expert resident.
@@ -142,18 +143,20 @@ func modelCase(t *testing.T, be runtime.Backend, dir string, tl Tolerances) {
 		t.Fatalf("repack: %v", err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	open := func(budget int64) *runtime.Model {
-		r, err := runner.Open(pack, runner.Options{ExpertCache: budget, Backend: be, Speculate: -1, Logger: quiet})
+	open := func(budget int64, spec int) *runtime.Model {
+		r, err := runner.Open(pack, runner.Options{ExpertCache: budget, Backend: be, Speculate: spec, Logger: quiet})
 		if err != nil {
 			t.Fatalf("runner.Open %s: %v", pack, err)
 		}
 		t.Cleanup(func() { r.Close() })
 		return r.Model
 	}
-	tiny, all := open(1), open(1<<30)
-	gt, lt := greedy(t, tiny, toks, genSteps)
-	ga, la := greedy(t, all, toks, genSteps)
+	tiny, spec, all := open(1, -1), open(1, runner.DefaultSpeculate), open(1<<30, -1)
+	gt, lt := greedy(t, tiny, toks, genSteps, 0)
+	gs, ls := greedy(t, spec, toks, genSteps, 2)
+	ga, la := greedy(t, all, toks, genSteps, 0)
 	compareGen(t, ".qpack with a one-slot expert cache against every expert resident", gt, lt, ga, la, V, bound, scale)
+	compareGen(t, ".qpack with a one-slot cache and speculative reads against every expert resident", gs, ls, ga, la, V, bound, scale)
 	compareGen(t, ".qpack against the checkpoint", ga, la, gd, ld, V, bound, scale)
 }
 
@@ -194,19 +197,23 @@ func sameGreedy(t *testing.T, what string, got, want []float32, V int, slack flo
 	}
 }
 
-// greedy prefills toks as one chunk and decodes n tokens, returning them
-// and each step's logits.
-func greedy(t *testing.T, m *runtime.Model, toks []int, n int) ([]int, [][]float32) {
+// greedy prefills toks as one chunk and decodes n tokens (speculating
+// spec experts per token), returning them and each step's logits.
+func greedy(t *testing.T, m *runtime.Model, toks []int, n, spec int) ([]int, [][]float32) {
 	t.Helper()
 	st := m.NewState()
 	row := forward(t, m, st, toks, false)
+	opt := &runtime.ForwardOptions{Speculate: spec}
 	var out []int
 	var logits [][]float32
 	for range n {
 		logits = append(logits, row)
 		tok := argmax(row)
 		out = append(out, tok)
-		row = forward(t, m, st, []int{tok}, false)
+		var err error
+		if row, err = m.Forward(st, []int{tok}, opt); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
 	}
 	return out, logits
 }

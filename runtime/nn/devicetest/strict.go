@@ -199,7 +199,7 @@ func (d *Strict) Free(t nn.Tensor) {
 	if b.what != "alloc" || t.Off != 0 || t.N != len(b.f) {
 		panic(fmt.Sprintf("devicetest: Strict.Free of a %s view [%d, %d) (want a whole Alloc)", b.what, t.Off, t.Off+t.N))
 	}
-	d.push(func() { b.dead = "Free"; b.f = nil })
+	b.dead = "Free" // ops queued before hold their own views
 }
 
 // Temp implements nn.Device.
