@@ -189,4 +189,3 @@ type rowsOff struct{ nn.HostDevice }
 func (d rowsOff) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	d.HostDevice.GatherRows(dst, src, rows, width-1) // the last column dropped
 }
-
