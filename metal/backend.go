@@ -420,7 +420,7 @@ func (b *Backend) exec(kernel string, grid, group [3]int, p *paramBlock, args ..
 		return fmt.Errorf("metal: kernel %s takes struct %s, launch has %s", kernel, sig.Struct, p.layout.Name)
 	}
 	var l launch
-	l.kernel, l.sig, l.params = kernel, sig, p.b
+	l.kernel, l.sig, l.layout, l.params = kernel, sig, p.layout, p.b
 	for i := range 3 {
 		if grid[i] < 1 || group[i] < 1 || grid[i] > math.MaxUint32 || group[i] > 1024 {
 			return fmt.Errorf("metal: kernel %s: bad geometry %v x %v", kernel, grid, group)
@@ -437,7 +437,7 @@ func (b *Backend) exec(kernel string, grid, group [3]int, p *paramBlock, args ..
 		}
 		l.bufs[i] = a.r
 	}
-	if err := b.dev.run([]*launch{&l}); err != nil {
+	if err := run(b.dev, []*launch{&l}); err != nil {
 		return fmt.Errorf("metal: kernel %s: %w", kernel, err)
 	}
 	b.stats.Launches++
