@@ -21,6 +21,7 @@ const (
 	maxHeadDim  = 512 // QP_MAX_HEAD_DIM
 	elemThreads = 64  // threads per threadgroup of the element-wise kernels
 	stageMin    = 1 << 20
+	arenaMin    = 16 << 20 // bytes: the layer device's pass memory grows by this much
 )
 
 // Backend runs the runner's arithmetic on an Apple GPU. It implements
@@ -52,6 +53,10 @@ type Backend struct {
 	// minStage is the smallest staging buffer allocated (the shim tests
 	// lower it: the shim copies whole buffers through a pipe).
 	minStage int
+	// minArena is the smallest chunk of the layer device's pass memory
+	// (lowered by the shim tests for the same reason).
+	minArena int
+	layer    *Device // LayerDevice, once asked for
 }
 
 // Stats counts what a Backend did.
@@ -84,7 +89,7 @@ func New() (*Backend, error) {
 }
 
 func newBackend(dev device, lib *library) *Backend {
-	return &Backend{dev: dev, lib: lib, minStage: stageMin}
+	return &Backend{dev: dev, lib: lib, minStage: stageMin, minArena: arenaMin}
 }
 
 // Name describes the device, e.g. "Apple M2 Pro".
@@ -119,11 +124,18 @@ func (b *Backend) Err() error {
 // Close releases the device and all memory from Alloc.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil
 	}
 	b.closed = true
+	layer := b.layer
+	b.mu.Unlock()
+	if layer != nil {
+		layer.close() // waits for its GPU work
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, r := range b.regions {
 		b.dev.free(r)
 	}
@@ -394,6 +406,16 @@ func (p *paramBlock) u32(name string, v int) *paramBlock {
 		panic(fmt.Sprintf("metal: %s.%s = %d out of range", p.layout.Name, name, v))
 	}
 	binary.LittleEndian.PutUint32(p.b[f.Offset:], uint32(v))
+	return p
+}
+
+// ptr sets a QP_GLOBAL pointer field to a GPU address.
+func (p *paramBlock) ptr(name string, gpu uint64) *paramBlock {
+	f, ok := p.layout.Fields[name]
+	if !ok || !f.Pointer() {
+		panic(fmt.Sprintf("metal: struct %s has no pointer field %s", p.layout.Name, name))
+	}
+	binary.LittleEndian.PutUint64(p.b[f.Offset:], gpu)
 	return p
 }
 

@@ -552,6 +552,7 @@ func shimBackend(t *testing.T, variant, executor string) *Backend {
 		// Every launch sends the whole staging buffer through the pipe:
 		// keep it as small as the arguments.
 		sh.be.minStage = 64
+		sh.be.minArena = 64 << 10
 	})
 	if sh.err != nil {
 		t.Fatal(sh.err)
