@@ -381,7 +381,7 @@ func testAttention(t *testing.T, b *Backend) {
 			closeTo(t, "o", got, want, mag, 1e-5, 1e-7)
 		})
 	}
-	t.Run("sigmoid_mul", func(t *testing.T) {
+	t.Run("sigmoid_mul_rows", func(t *testing.T) {
 		// The output gate: o (stride 16) *= sigmoid(gate inside q, stride 32).
 		rows, dim := 5, 16
 		o, g := randF32(r, rows*dim, 1), randF32(r, rows*2*dim, 4)

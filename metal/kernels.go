@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
 )
 
 //go:embed kernels/*.metal
@@ -70,9 +72,8 @@ func loadSource() {
 }
 
 // sharedBodies returns the kernel bodies shared with the CUDA backend, in
-// the dialect of kernels/01_prelude.metal (internal/gpukernels), or "" while
-// there are none.
-var sharedBodies = func() string { return "" }
+// the dialect of kernels/01_prelude.metal (internal/gpukernels).
+var sharedBodies = gpukernels.Bodies
 
 func writeShared(b *strings.Builder) {
 	body := sharedBodies()

@@ -3,6 +3,8 @@ package metal
 import (
 	"strings"
 	"testing"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
 )
 
 func TestEmbeddedLibrary(t *testing.T) {
@@ -10,9 +12,11 @@ func TestEmbeddedLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "gated_rms_norm", "l2_norm",
+	// The shared bodies first (after the common definitions and the
+	// prelude), then the Metal-only kernels.
+	want := append(gpukernels.Kernels(), "gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "gated_rms_norm", "l2_norm",
 		"rope_neox", "attn_decode", "conv1d_step", "gdn_gates", "gated_delta_step",
-		"swiglu", "sigmoid_mul", "residual_add", "scale_add", "copy_f32"}
+		"swiglu", "sigmoid_mul_rows", "residual_add", "scale_add", "copy_f32")
 	if strings.Join(lib.names, " ") != strings.Join(want, " ") {
 		t.Fatalf("kernels %v, want %v", lib.names, want)
 	}

@@ -158,7 +158,7 @@ func (d *Device) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	need("SigmoidMul g", g, (rows-1)*gStride+width)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.elem("sigmoid_mul", o, o, g, rows, width, oStride, oStride, gStride, 0)
+	d.elem("sigmoid_mul_rows", o, o, g, rows, width, oStride, oStride, gStride, 0)
 }
 
 // Add implements nn.Device with residual_add.

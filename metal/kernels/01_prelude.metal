@@ -39,12 +39,33 @@
 // A full fence for both address spaces, like CUDA's __syncthreads: bodies
 // exchange data through threadgroup memory and through their outputs.
 #define QP_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device)
-#define QP_STATIC_ASSERT(c) static_assert(c, #c)
+#define QP_STATIC_ASSERT(c, msg) static_assert(c, msg)
+// Threadgroup memory as a helper's pointer parameter. The C++ shim
+// (metal/shim/metal_stdlib) makes `threadgroup` storage `static`, which a
+// parameter cannot be: there it is empty.
+#ifdef QPACK_METAL_SHIM
+#define QP_SHARED_PTR
+#else
+#define QP_SHARED_PTR threadgroup
+#endif
 
-// Reductions over the calling simdgroup (control flow uniform per
-// simdgroup, as the dialect requires).
-inline float qp_simd_sum(float x) { return simd_sum(x); }
-inline float qp_simd_max(float x) { return simd_max(x); }
+// Reductions over the 32 lanes of the calling simdgroup (all active), as
+// the dialect specifies them: a butterfly, v op= shuffle_xor(v, o) for
+// o = 16, 8, 4, 2, 1, so every lane holds the same bits and the order is
+// the CUDA prelude's (simd_sum's hardware order is unspecified).
+inline float qp_simd_sum(float v) {
+    for (ushort o = 16; o > 0; o >>= 1) {
+        v += simd_shuffle_xor(v, o);
+    }
+    return v;
+}
+inline float qp_simd_max(float v) {
+    for (ushort o = 16; o > 0; o >>= 1) {
+        float w = simd_shuffle_xor(v, o);
+        v = v > w ? v : w;
+    }
+    return v;
+}
 
 inline float qp_exp(float x) { return precise::exp(x); }
 inline float qp_tanh(float x) { return precise::tanh(x); }

@@ -9,7 +9,7 @@ struct CopyF32 {
     uint n;
     uint pad;
 };
-QP_STATIC_ASSERT(sizeof(CopyF32) == 24);
+QP_STATIC_ASSERT(sizeof(CopyF32) == 24, "CopyF32 layout");
 
 QP_ENTRY(copy_f32, CopyF32) {
     uint i = QP_GROUP_X * QP_TG + QP_TID;
