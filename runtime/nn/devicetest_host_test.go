@@ -1,0 +1,13 @@
+package nn_test
+
+import (
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime/nn"
+	"github.com/qpack-go/qpack/runtime/nn/devicetest"
+)
+
+// The reference device passes the conformance suite.
+func TestHostDeviceConformance(t *testing.T) {
+	devicetest.Ops(t, nn.HostDevice{}, devicetest.DefaultTolerances())
+}
