@@ -40,8 +40,9 @@ type Device struct {
 	err     error
 
 	arena   arena
-	owned   map[*region]bool // regions of Alloc'd tensors, states and copies
-	garbage []*region        // freed while work may be in flight: released at the next sync
+	owned   map[*region]bool       // regions of Alloc'd tensors, states and copies
+	garbage []*region              // freed while work may be in flight: released at the next sync
+	freqs   map[*nn.RoPE]nn.Tensor // the RoPEs' inverse frequencies on the device
 	stats   LayerStats
 }
 
@@ -272,6 +273,9 @@ func (d *Device) entry(kernel string, gx, gy int, p *paramBlock, ptrs ...ptrArg)
 		grid: [3]uint32{uint32(gx), uint32(gy), 1}, group: [3]uint32{tgThreads, 1, 1}}
 	for _, a := range ptrs {
 		p.ptr(a.field, a.gpu)
+		if a.r == nil {
+			continue // a null pointer
+		}
 		merged := false
 		for i := range l.uses {
 			if l.uses[i].r == a.r {
@@ -598,10 +602,20 @@ func (d *Device) Constant(v []float32) (nn.Tensor, error) {
 	return nn.Tensor{Buf: m, N: len(v)}, nil
 }
 
-// Indices implements nn.Device (the gathers run on the CPU: ix is kept as
-// it is).
+// Indices implements nn.Device: a copy of ix in Alloc memory (Dev, an
+// int32 vector in a float tensor's storage); ix itself is kept in Host.
 func (d *Device) Indices(ix []int32) (nn.Index, error) {
-	return nn.Index{Host: ix}, nil
+	if len(ix) == 0 {
+		return nn.Index{Host: ix}, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, err := d.alloc(len(ix))
+	if err != nil {
+		return nn.Index{}, err
+	}
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(m.f))), len(ix)), ix)
+	return nn.Index{Host: ix, Dev: nn.Tensor{Buf: m, N: len(ix)}}, nil
 }
 
 // Expert implements nn.Device: the expert's bytes are copied into pass
