@@ -11,3 +11,8 @@ import (
 func TestHostDeviceConformance(t *testing.T) {
 	devicetest.Ops(t, nn.HostDevice{}, devicetest.DefaultTolerances())
 }
+
+// The strict device passes it too.
+func TestStrictConformance(t *testing.T) {
+	devicetest.Ops(t, devicetest.NewStrict(nil), devicetest.DefaultTolerances())
+}
