@@ -567,7 +567,9 @@ func TestKernelsThreadExecutor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: hundreds of OS threads per threadgroup")
 	}
-	runKernelCases(t, shimBackend(t, "ubsan", "threads"))
+	// The layer device's cases (the conformance suite, hundreds of
+	// launches) stay with the fiber executor: about ten times as long here.
+	runKernelCases(t, shimBackend(t, "ubsan", "threads"), false)
 }
 
 // TestShimExecutor checks the executors themselves with the self-test
