@@ -717,3 +717,33 @@ func TestShimExitsAtEndOfInput(t *testing.T) {
 		}
 	}
 }
+
+// TestShimChecksResidency: a shared-dialect launch whose parameter block
+// points outside the regions it declares (on Metal: a buffer not made
+// resident with useResource) is refused by the shim, as is a write
+// through a region declared read-only.
+func TestShimChecksResidency(t *testing.T) {
+	b := kernelTestBackend(t)
+	lib := b.lib
+	r1, err := b.dev.alloc(1024)
+	must(t, err)
+	r2, err := b.dev.alloc(1024)
+	must(t, err)
+	defer b.dev.free(r1)
+	defer b.dev.free(r2)
+	for _, c := range []struct {
+		uses []use
+		want string
+	}{
+		{[]use{{r: r1, write: true}}, "in no region the launch uses"},
+		{[]use{{r: r1}, {r: r2}}, "declares read-only"},
+	} {
+		p := b.params("copy_f32").u32("n", 4).ptr("dst", r1.gpu).ptr("src", r2.gpu)
+		l := &launch{kernel: "copy_f32", sig: lib.kernels["copy_f32"], layout: p.layout, params: p.b,
+			grid: [3]uint32{1, 1, 1}, group: [3]uint32{tgThreads, 1, 1}, uses: c.uses}
+		err := run(b.dev, []*launch{l})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("uses %v: error %v, want %q", c.uses, err, c.want)
+		}
+	}
+}
