@@ -28,6 +28,10 @@ type device interface {
 	// addressable reports whether regions have GPU addresses (region.gpu),
 	// which the kernels of the shared dialect need.
 	addressable() bool
+	// unusable names the kernels the device cannot run as the host
+	// launches them (fewer than QP_TG threads per threadgroup for that
+	// pipeline); the layer device computes their ops on the CPU.
+	unusable() map[string]bool
 	close() error
 }
 

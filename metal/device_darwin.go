@@ -149,6 +149,9 @@ type mtlDevice struct {
 	// gpuAddresses: buffers have gpuAddress (Metal 3, macOS 13+), which
 	// the kernels of the shared dialect need.
 	gpuAddresses bool
+	// limited: shared-dialect kernels whose pipeline allows fewer than
+	// QP_TG threads per threadgroup (register pressure); not launched.
+	limited map[string]bool
 }
 
 // openSystemDevice opens the default Metal device and compiles src, making
@@ -157,7 +160,7 @@ func openSystemDevice(src string, lib *library) (device, error) {
 	if err := loadMetal(); err != nil {
 		return nil, err
 	}
-	d := &mtlDevice{psos: map[string]objc.ID{}, page: syscall.Getpagesize()}
+	d := &mtlDevice{psos: map[string]objc.ID{}, page: syscall.Getpagesize(), limited: map[string]bool{}}
 	err := withPool(func() error {
 		d.dev = mtlCreateSystemDefaultDevice()
 		if d.dev == 0 {
@@ -190,7 +193,12 @@ func openSystemDevice(src string, lib *library) (device, error) {
 			}
 			d.psos[name] = pso
 			if n := uint64(pso.Send(selMaxTotalThreadsPerThreadgroup)); n < tgThreads {
-				return fmt.Errorf("metal: %s: kernel %s allows %d threads per threadgroup, needs %d", d.name, name, n, tgThreads)
+				if lib.kernels[name].Entry {
+					// A layer kernel: its op runs on the CPU instead.
+					d.limited[name] = true
+				} else {
+					return fmt.Errorf("metal: %s: kernel %s allows %d threads per threadgroup, needs %d", d.name, name, n, tgThreads)
+				}
 			}
 			if w := uint64(pso.Send(selThreadExecutionWidth)); w != simdWidth {
 				// Intel and AMD Macs (SIMD width 64 or other): refused as
@@ -213,6 +221,8 @@ func openSystemDevice(src string, lib *library) (device, error) {
 }
 
 func (d *mtlDevice) addressable() bool { return d.gpuAddresses }
+
+func (d *mtlDevice) unusable() map[string]bool { return d.limited }
 
 func (d *mtlDevice) deviceName() string { return d.name }
 

@@ -43,7 +43,10 @@ type Device struct {
 	owned   map[*region]bool       // regions of Alloc'd tensors, states and copies
 	garbage []*region              // freed while work may be in flight: released at the next sync
 	freqs   map[*nn.RoPE]nn.Tensor // the RoPEs' inverse frequencies on the device
-	stats   LayerStats
+	// unusable kernels (the device cannot launch them with QP_TG threads):
+	// their ops run on the CPU.
+	unusable map[string]bool
+	stats    LayerStats
 }
 
 // LayerStats counts what a Device did.
@@ -69,7 +72,7 @@ func (b *Backend) LayerDevice() nn.Device {
 		if b.closed || !b.dev.addressable() {
 			return nil
 		}
-		b.layer = &Device{b: b, arena: arena{min: b.minArena}, owned: map[*region]bool{}}
+		b.layer = &Device{b: b, arena: arena{min: b.minArena}, owned: map[*region]bool{}, unusable: b.dev.unusable()}
 	}
 	return b.layer
 }
@@ -239,6 +242,9 @@ func (d *Device) hostOp() bool {
 	d.stats.HostOps++
 	return true
 }
+
+// has reports whether the device can run a layer kernel.
+func (d *Device) has(kernel string) bool { return !d.unusable[kernel] }
 
 // ptrArg is a QP_GLOBAL pointer field of a shared-dialect launch.
 type ptrArg struct {
@@ -437,8 +443,10 @@ func (d *Device) Write(dst nn.Tensor, src []float32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.idle() {
-		copy(host(dst), src)
+	if d.idle() || !d.has("copy_f32") {
+		if d.sync() {
+			copy(host(dst), src)
+		}
 		return
 	}
 	c, off, err := d.take(4 * len(src))
@@ -471,7 +479,7 @@ func (d *Device) Copy(dst, src nn.Tensor) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if sameMem(dst, src) {
+	if sameMem(dst, src) || !d.has("copy_f32") {
 		if d.hostOp() {
 			copy(host(dst)[:src.N], host(src))
 		}

@@ -79,7 +79,7 @@ func (d *Device) floats(v []float32) (nn.Tensor, bool) {
 
 // kNorm encodes rms_norm_rows (every NormKind; y may be x).
 func (d *Device) kNorm(y, x, w nn.Tensor, s nn.NormSpec, xs, ys int) bool {
-	if !fits(int64(s.Rows), int64(xs), int64(ys), span64(s.Rows, xs, s.Width), span64(s.Rows, ys, s.Width)) ||
+	if !d.has("rms_norm_rows") || !fits(int64(s.Rows), int64(xs), int64(ys), span64(s.Rows, xs, s.Width), span64(s.Rows, ys, s.Width)) ||
 		s.Kind < nn.NormWeight || s.Kind > nn.NormUnit {
 		return false
 	}
@@ -120,6 +120,9 @@ func (d *Device) kRoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) bool {
 	if pairs == 0 {
 		return true
 	}
+	if !d.has("rope") {
+		return false
+	}
 	hd := 2 * pairs
 	if !r.Interleaved {
 		hd = r.Half + pairs
@@ -157,7 +160,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 		vd = dm.HeadDim
 	}
 	pos, W := c.n, c.window
-	if dm.Heads < 1 || dm.KVHeads < 1 || dm.Heads%dm.KVHeads != 0 || dm.HeadDim < 1 || dm.HeadDim > qkAttnMaxD ||
+	if !d.has("attention") || !d.has("copy_f32") || dm.Heads < 1 || dm.KVHeads < 1 || dm.Heads%dm.KVHeads != 0 || dm.HeadDim < 1 || dm.HeadDim > qkAttnMaxD ||
 		vd > qkAttnMaxD || dm.QStride < dm.HeadDim || dm.KVHeads*dm.HeadDim > c.kW || dm.KVHeads*vd > c.vW {
 		return false
 	}
@@ -208,7 +211,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 
 // kDeltaNet encodes deltanet_conv, deltanet_qknorm and deltanet_rec.
 func (d *Device) kDeltaNet(st *tensorState, a *nn.DeltaNetArgs) bool {
-	if a.Nk < 1 || a.Nv < 1 || a.Nv%a.Nk != 0 || a.Dk < 1 || a.Dk > qkDNMaxD || a.Dv < 1 || a.Dv > qkDNMaxD ||
+	if !d.has("deltanet_conv") || !d.has("deltanet_qknorm") || !d.has("deltanet_rec") || a.Nk < 1 || a.Nv < 1 || a.Nv%a.Nk != 0 || a.Dk < 1 || a.Dk > qkDNMaxD || a.Dv < 1 || a.Dv > qkDNMaxD ||
 		a.K < 1 || a.K > qkConvMaxK {
 		return false
 	}
@@ -248,7 +251,7 @@ func (d *Device) kDeltaNet(st *tensorState, a *nn.DeltaNetArgs) bool {
 // selection and weights into r. ok false: outside the kernel's limits.
 func (d *Device) kRoute(r nn.Routing, logits nn.Tensor, T, E int, norm bool) (ok bool) {
 	k := r.K
-	if E < 1 || E > qkRouteMaxE || k < 1 || k > min(E, qkRouteMaxK) || !fits(int64(T)*int64(E)) ||
+	if !d.has("route_topk") || E < 1 || E > qkRouteMaxE || k < 1 || k > min(E, qkRouteMaxK) || !fits(int64(T)*int64(E)) ||
 		len(r.Sel) < T*k || len(r.Wts) < T*k {
 		return false
 	}

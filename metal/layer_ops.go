@@ -119,7 +119,7 @@ func (d *Device) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 	need("GLU up", up, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if (act != nn.SiLUGate && act != nn.GELUTanhGate) || !fits(int64(n)) {
+	if !d.has("glu") || (act != nn.SiLUGate && act != nn.GELUTanhGate) || !fits(int64(n)) {
 		if d.hostOp() {
 			cpu.GLU(act, hostT(y), hostT(gate), hostT(up), n)
 		}
@@ -138,7 +138,7 @@ func (d *Device) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	need("SigmoidMul g", g, int(span64(rows, gStride, width)))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if oStride < 0 || gStride < 0 || !fits(int64(rows)*int64(width), span64(rows, oStride, width), span64(rows, gStride, width)) {
+	if !d.has("sigmoid_mul") || oStride < 0 || gStride < 0 || !fits(int64(rows)*int64(width), span64(rows, oStride, width), span64(rows, gStride, width)) {
 		if d.hostOp() {
 			cpu.SigmoidMul(hostT(o), hostT(g), rows, width, oStride, gStride)
 		}
@@ -157,7 +157,7 @@ func (d *Device) Add(x, y nn.Tensor, n int) {
 	need("Add y", y, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !fits(int64(n)) {
+	if !d.has("add") || !fits(int64(n)) {
 		if d.hostOp() {
 			cpu.Add(hostT(x), hostT(y), n)
 		}
@@ -177,7 +177,7 @@ func (d *Device) AddGated(out, x, g nn.Tensor, rows, width int) {
 	need("AddGated g", g, rows)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !fits(int64(rows) * int64(width)) {
+	if !d.has("add_gated") || !fits(int64(rows)*int64(width)) {
 		if d.hostOp() {
 			cpu.AddGated(hostT(out), hostT(x), hostT(g), rows, width)
 		}
@@ -195,7 +195,7 @@ func (d *Device) Scale(x nn.Tensor, a float32, n int) {
 	need("Scale", x, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !fits(int64(n)) {
+	if !d.has("scale") || !fits(int64(n)) {
 		if d.hostOp() {
 			cpu.Scale(hostT(x), a, n)
 		}
@@ -213,7 +213,7 @@ func (d *Device) Softcap(x nn.Tensor, c float32, n int) {
 	need("Softcap", x, n)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !(c > 0) || math.IsInf(float64(c), 0) || !fits(int64(n)) {
+	if !d.has("softcap") || !(c > 0) || math.IsInf(float64(c), 0) || !fits(int64(n)) {
 		if d.hostOp() {
 			cpu.Softcap(hostT(x), c, n)
 		}
@@ -252,7 +252,7 @@ func (d *Device) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dix, ok := ix.Dev.(nn.Tensor)
-	if !ok || dix.N < n || !fits(int64(n)*int64(rows), int64(rows)*int64(srcStride)) {
+	if !ok || !d.has("gather") || dix.N < n || !fits(int64(n)*int64(rows), int64(rows)*int64(srcStride)) {
 		if d.hostOp() {
 			cpu.Gather(hostT(dst), hostT(src), ix, rows, srcStride)
 		}
@@ -271,7 +271,7 @@ func (d *Device) rowsCopy(kernel string, dst, src, far nn.Tensor, rows []int, wi
 			panic(fmt.Sprintf("metal: %s: row %d outside a tensor of %d rows of %d", kernel, r, far.N/max(width, 1), width))
 		}
 	}
-	if !fits(int64(n)*int64(width), int64(far.N)) {
+	if !d.has(kernel) || !fits(int64(n)*int64(width), int64(far.N)) {
 		return false
 	}
 	ix, ok := d.ints(rows)
@@ -340,7 +340,7 @@ func (d *Device) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if k < 0 || !fits(int64(T)*int64(width), int64(T)*int64(k)*int64(width)) {
+	if !d.has("combine") || k < 0 || !fits(int64(T)*int64(width), int64(T)*int64(k)*int64(width)) {
 		if d.hostOp() {
 			cpu.Combine(hostT(out), hostT(res), wts, T, k, width)
 		}

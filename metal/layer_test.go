@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/nn"
+	"github.com/qpack-go/qpack/runtime/nn/devicetest"
 )
 
 // TestLayerDeviceBatching: ops are only encoded until Flush, which submits
@@ -73,4 +74,24 @@ func TestLayerDeviceForeignTensor(t *testing.T) {
 	}()
 	x := nn.HostTensor(make([]float32, 4))
 	d.Add(x, x, 4)
+}
+
+// TestLayerDeviceUnusableKernels: with every layer kernel marked unusable
+// (a Mac whose pipeline for it allows fewer than QP_TG threads), every op
+// runs on the CPU and the conformance suite still passes.
+func TestLayerDeviceUnusableKernels(t *testing.T) {
+	b := kernelTestBackend(t)
+	un := map[string]bool{}
+	for name, sig := range b.lib.kernels {
+		if sig.Entry {
+			un[name] = true
+		}
+	}
+	d := &Device{b: b, arena: arena{min: b.minArena}, owned: map[*region]bool{}, unusable: un}
+	defer d.close()
+	devicetest.Ops(t, d, devicetest.DefaultTolerances())
+	must(t, d.EndPass())
+	if st := d.LayerStats(); st.HostOps == 0 || st.Launches == 0 {
+		t.Errorf("stats %+v: want ops on the CPU, and the GEMVs on the device", st)
+	}
 }

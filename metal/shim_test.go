@@ -288,6 +288,8 @@ func (d *shimDevice) alloc(n int) (*region, error) {
 
 func (d *shimDevice) addressable() bool { return true }
 
+func (d *shimDevice) unusable() map[string]bool { return nil }
+
 func (d *shimDevice) free(r *region) { r.mem = nil }
 
 // shimExitWait bounds how long close waits for the harness to exit after
