@@ -45,7 +45,7 @@ var (
 	selCommandBuffer, selComputeCommandEncoder, selSetComputePipelineState, selSetBuffer,
 	selSetBytes, selDispatchThreadgroups, selEndEncoding, selCommit, selWaitUntilCompleted,
 	selStatus, selError, selGPUAddress, selUseResource, selRetain, selLength,
-	selRespondsToSelector objc.SEL
+	selRespondsToSelector, selSetMathMode objc.SEL
 )
 
 func loadMetal() error {
@@ -98,7 +98,7 @@ func loadMetal() error {
 			{&selEndEncoding, "endEncoding"}, {&selCommit, "commit"},
 			{&selWaitUntilCompleted, "waitUntilCompleted"}, {&selStatus, "status"}, {&selError, "error"},
 			{&selGPUAddress, "gpuAddress"}, {&selUseResource, "useResource:usage:"}, {&selRetain, "retain"},
-			{&selLength, "length"}, {&selRespondsToSelector, "respondsToSelector:"},
+			{&selLength, "length"}, {&selRespondsToSelector, "respondsToSelector:"}, {&selSetMathMode, "setMathMode:"},
 		} {
 			*s.p = objc.RegisterName(s.name)
 		}
@@ -172,8 +172,14 @@ func openSystemDevice(src string, lib *library) (device, error) {
 			return fmt.Errorf("metal: %s: newCommandQueue failed", d.name)
 		}
 		opts := clsMTLCompileOptions.Send(selAlloc).Send(selInit)
-		// IEEE semantics for exp/log/inf, so the kernels match the CPU.
-		opts.Send(selSetFastMathEnabled, false)
+		// IEEE semantics for exp/log/inf, so the kernels match the CPU:
+		// mathMode = MTLMathModeSafe (0) where it exists (macOS 15;
+		// setFastMathEnabled: is deprecated there), else fast math off.
+		if objc.Send[bool](opts, selRespondsToSelector, selSetMathMode) {
+			opts.Send(selSetMathMode, uint64(0))
+		} else {
+			opts.Send(selSetFastMathEnabled, false)
+		}
 		var nserr objc.ID
 		d.library = d.dev.Send(selNewLibraryWithSource, nsString(src), opts, unsafe.Pointer(&nserr))
 		opts.Send(selRelease)
