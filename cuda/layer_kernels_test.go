@@ -359,3 +359,50 @@ func cacheRows(K, V []float32, n, window, kw, vw int) ([]float32, []float32) {
 	}
 	return kc, vc
 }
+
+// Extents out of the kernels' limits are errors before anything is queued;
+// zero counts queue nothing.
+func TestLayerKernelsExtents(t *testing.T) {
+	b, f := fakeBackend(t)
+	ad := nn.AttnDims{Heads: 4, KVHeads: 2, HeadDim: 64, QStride: 64, Scale: 1}
+	bad := map[string]error{
+		"norm width 0":     b.kRMSNorm(1, 1, 1, nn.NormSpec{Rows: 1, Width: 0}),
+		"norm past 2^31":   b.kRMSNorm(1, 1, 1, nn.NormSpec{Rows: 1 << 20, Width: 1 << 12}),
+		"rope half<pairs":  b.kRoPE(1, 1, 8, 4, false, nn.RoPESpec{Rows: 1, PerPos: 1, Stride: 16}),
+		"rope perpos 0":    b.kRoPE(1, 1, 8, 8, false, nn.RoPESpec{Rows: 1, Stride: 16}),
+		"attn head dim":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 2*1024, 2*1024, nn.AttnDims{Heads: 2, KVHeads: 2, HeadDim: 1024, QStride: 1024}),
+		"attn gqa":         b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 192, 192, nn.AttnDims{Heads: 4, KVHeads: 3, HeadDim: 64, QStride: 64}),
+		"attn kwidth":      b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 64, 128, ad),
+		"attn past 2^31":   b.kAttention(1, 1, 1, 1, 1, 1, 1<<30, 1, 0, 128, 128, ad),
+		"deltanet dk":      b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 1, Nv: 1, Dk: 512, Dv: 16, K: 4}),
+		"deltanet K":       b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 1, Nv: 1, Dk: 16, Dv: 16, K: 17}),
+		"deltanet nv%nk":   b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 2, Nv: 3, Dk: 16, Dv: 16, K: 4}),
+		"glu activation":   b.kGLU(7, 1, 1, 1, 4),
+		"softcap 0":        b.kSoftcap(1, 0, 4),
+		"add negative":     b.kAdd(1, 1, -1),
+		"gather stride":    b.kGather(1, 1, 1, 4, 1, 0),
+		"route E":          b.kRouteTopK(1, 1, 1, 1, routeMaxE+1, 8, true),
+		"route k > E":      b.kRouteTopK(1, 1, 1, 1, 4, 8, true),
+		"route k > 64":     b.kRouteTopK(1, 1, 1, 1, 128, 65, true),
+		"combine 2^31":     b.kCombine(1, 1, 1, 1<<16, 8, 1<<13),
+		"sigmoid_mul span": b.kSigmoidMul(1, 1, 1<<16, 8, 1<<16, 8),
+	}
+	for what, err := range bad {
+		if err == nil {
+			t.Errorf("%s: no error", what)
+		}
+	}
+	for what, err := range map[string]error{
+		"norm rows 0": b.kRMSNorm(1, 1, 1, nn.NormSpec{Width: 8}),
+		"attn T 0":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 0, 128, 128, ad),
+		"scale 0":     b.kScale(1, 2, 0),
+		"route T 0":   b.kRouteTopK(1, 1, 1, 0, 8, 2, false),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if len(f.launches) != 0 {
+		t.Fatalf("launched %v", f.launches)
+	}
+}
