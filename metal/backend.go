@@ -21,6 +21,7 @@ const (
 	maxHeadDim  = 512 // QP_MAX_HEAD_DIM
 	elemThreads = 64  // threads per threadgroup of the element-wise kernels
 	stageMin    = 1 << 20
+	arenaMin    = 16 << 20 // bytes: the layer device's pass memory grows by this much
 )
 
 // Backend runs the runner's arithmetic on an Apple GPU. It implements
@@ -52,6 +53,10 @@ type Backend struct {
 	// minStage is the smallest staging buffer allocated (the shim tests
 	// lower it: the shim copies whole buffers through a pipe).
 	minStage int
+	// minArena is the smallest chunk of the layer device's pass memory
+	// (lowered by the shim tests for the same reason).
+	minArena int
+	layer    *Device // LayerDevice, once asked for
 }
 
 // Stats counts what a Backend did.
@@ -84,7 +89,7 @@ func New() (*Backend, error) {
 }
 
 func newBackend(dev device, lib *library) *Backend {
-	return &Backend{dev: dev, lib: lib, minStage: stageMin}
+	return &Backend{dev: dev, lib: lib, minStage: stageMin, minArena: arenaMin}
 }
 
 // Name describes the device, e.g. "Apple M2 Pro".
@@ -119,11 +124,18 @@ func (b *Backend) Err() error {
 // Close releases the device and all memory from Alloc.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return nil
 	}
 	b.closed = true
+	layer := b.layer
+	b.mu.Unlock()
+	if layer != nil {
+		layer.close() // waits for its GPU work
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, r := range b.regions {
 		b.dev.free(r)
 	}
@@ -397,6 +409,16 @@ func (p *paramBlock) u32(name string, v int) *paramBlock {
 	return p
 }
 
+// ptr sets a QP_GLOBAL pointer field to a GPU address.
+func (p *paramBlock) ptr(name string, gpu uint64) *paramBlock {
+	f, ok := p.layout.Fields[name]
+	if !ok || !f.Pointer() {
+		panic(fmt.Sprintf("metal: struct %s has no pointer field %s", p.layout.Name, name))
+	}
+	binary.LittleEndian.PutUint64(p.b[f.Offset:], gpu)
+	return p
+}
+
 func (p *paramBlock) f32(name string, v float32) *paramBlock {
 	f := p.field(name, "float")
 	binary.LittleEndian.PutUint32(p.b[f.Offset:], math.Float32bits(v))
@@ -420,7 +442,7 @@ func (b *Backend) exec(kernel string, grid, group [3]int, p *paramBlock, args ..
 		return fmt.Errorf("metal: kernel %s takes struct %s, launch has %s", kernel, sig.Struct, p.layout.Name)
 	}
 	var l launch
-	l.kernel, l.sig, l.params = kernel, sig, p.b
+	l.kernel, l.sig, l.layout, l.params = kernel, sig, p.layout, p.b
 	for i := range 3 {
 		if grid[i] < 1 || group[i] < 1 || grid[i] > math.MaxUint32 || group[i] > 1024 {
 			return fmt.Errorf("metal: kernel %s: bad geometry %v x %v", kernel, grid, group)
@@ -437,7 +459,7 @@ func (b *Backend) exec(kernel string, grid, group [3]int, p *paramBlock, args ..
 		}
 		l.bufs[i] = a.r
 	}
-	if err := b.dev.run([]*launch{&l}); err != nil {
+	if err := run(b.dev, []*launch{&l}); err != nil {
 		return fmt.Errorf("metal: kernel %s: %w", kernel, err)
 	}
 	b.stats.Launches++

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn/devicetest"
 )
 
 // Kernel tests, run on whatever kernelTestBackend returns: a Backend over the
@@ -381,7 +382,7 @@ func testAttention(t *testing.T, b *Backend) {
 			closeTo(t, "o", got, want, mag, 1e-5, 1e-7)
 		})
 	}
-	t.Run("sigmoid_mul", func(t *testing.T) {
+	t.Run("sigmoid_mul_rows", func(t *testing.T) {
 		// The output gate: o (stride 16) *= sigmoid(gate inside q, stride 32).
 		rows, dim := 5, 16
 		o, g := randF32(r, rows*dim, 1), randF32(r, rows*2*dim, 4)
@@ -544,11 +545,29 @@ func testElementwise(t *testing.T, b *Backend) {
 	})
 }
 
-func TestKernels(t *testing.T) { runKernelCases(t, kernelTestBackend(t)) }
+func TestKernels(t *testing.T) { runKernelCases(t, kernelTestBackend(t), true) }
 
 // runKernelCases runs every kernel case on b, then checks that every kernel
-// of the Metal library ran.
-func runKernelCases(t *testing.T, b *Backend) {
+// of the Metal library ran. With layer, the layer device's kernels (the
+// shared bodies, copy_f32) are checked too, by the nn.Device conformance
+// suite (runtime/nn/devicetest.Ops) run on b's layer device.
+func runKernelCases(t *testing.T, b *Backend, layer bool) {
+	if layer {
+		t.Run("layer-device", func(t *testing.T) {
+			dev := b.LayerDevice()
+			if dev == nil {
+				t.Fatal("no layer device")
+			}
+			before := dev.(*Device).LayerStats()
+			devicetest.Ops(t, dev, devicetest.DefaultTolerances())
+			must(t, dev.EndPass())
+			st := dev.(*Device).LayerStats()
+			if st.HostOps != before.HostOps {
+				t.Errorf("%d ops ran on the CPU", st.HostOps-before.HostOps)
+			}
+			t.Logf("layer device: %d kernels in %d command buffers", st.Launches-before.Launches, st.Submits-before.Submits)
+		})
+	}
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, b) })
 	t.Run("norms", func(t *testing.T) { testNorms(t, b) })
 	t.Run("rope", func(t *testing.T) { testRoPE(t, b) })
@@ -563,6 +582,9 @@ func runKernelCases(t *testing.T, b *Backend) {
 	must(t, err)
 	ran := b.kernelLaunches()
 	for _, name := range lib.names {
+		if !layer && lib.kernels[name].Entry {
+			continue
+		}
 		if ran[name] == 0 && !untestedKernels[name] {
 			t.Errorf("kernel %s was never run by the tests", name)
 		}
@@ -710,13 +732,26 @@ func TestOpsErrors(t *testing.T) {
 }
 
 // TestTinyModels runs the committed tiny checkpoints through the runtime's
-// forward pass with this backend (MatMul, RMSNorm and SwiGLU on the device)
-// and compares the logits, prefill and one decode step, with the CPU
-// backend's.
+// forward pass with this backend (every layer on its layer device: the
+// graphs find it through nn.Layered) and compares the logits, prefill and
+// one decode step, with the CPU backend's; every op ran on a kernel.
 func TestTinyModels(t *testing.T) {
 	b := modelTestBackend(t)
+	dev, _ := b.LayerDevice().(*Device)
+	if dev == nil {
+		t.Fatal("no layer device")
+	}
+	before := dev.LayerStats()
+	defer func() {
+		st := dev.LayerStats()
+		if st.Launches == before.Launches || st.HostOps != before.HostOps {
+			t.Errorf("layer device: %d kernels, %d ops on the CPU", st.Launches-before.Launches, st.HostOps-before.HostOps)
+		}
+		t.Logf("layer device: %d kernels in %d command buffers", st.Launches-before.Launches, st.Submits-before.Submits)
+	}()
 	for _, name := range []string{"qwen3_next-f32", "qwen3_next-q4g64", "qwen3_next-q8g32",
-		"qwen3_5_moe-f32", "qwen3_5_moe-q4g32", "qwen3_5_moe-q8g64"} {
+		"qwen3_5_moe-f32", "qwen3_5_moe-q4g32", "qwen3_5_moe-q8g64",
+		"gemma4-f32", "gemma4-nokeqv-f32", "gemma4-q4g32", "gemma4-towers-q4g64"} {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join("..", "testdata", "tiny", name)
 			if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {

@@ -27,6 +27,8 @@ type mtlSize struct {
 const (
 	mtlResourceStorageModeShared = 0 // MTLResourceStorageModeShared | MTLResourceCPUCacheModeDefaultCache
 	mtlCommandBufferCompleted    = 4 // MTLCommandBufferStatusCompleted
+	mtlResourceUsageRead         = 1 // MTLResourceUsageRead
+	mtlResourceUsageWrite        = 2 // MTLResourceUsageWrite
 )
 
 var (
@@ -42,7 +44,8 @@ var (
 	selMaxTotalThreadsPerThreadgroup, selThreadExecutionWidth, selNewBufferWithBytesNoCopy,
 	selCommandBuffer, selComputeCommandEncoder, selSetComputePipelineState, selSetBuffer,
 	selSetBytes, selDispatchThreadgroups, selEndEncoding, selCommit, selWaitUntilCompleted,
-	selStatus, selError objc.SEL
+	selStatus, selError, selGPUAddress, selUseResource, selRetain, selLength,
+	selRespondsToSelector, selSetMathMode objc.SEL
 )
 
 func loadMetal() error {
@@ -94,6 +97,8 @@ func loadMetal() error {
 			{&selDispatchThreadgroups, "dispatchThreadgroups:threadsPerThreadgroup:"},
 			{&selEndEncoding, "endEncoding"}, {&selCommit, "commit"},
 			{&selWaitUntilCompleted, "waitUntilCompleted"}, {&selStatus, "status"}, {&selError, "error"},
+			{&selGPUAddress, "gpuAddress"}, {&selUseResource, "useResource:usage:"}, {&selRetain, "retain"},
+			{&selLength, "length"}, {&selRespondsToSelector, "respondsToSelector:"}, {&selSetMathMode, "setMathMode:"},
 		} {
 			*s.p = objc.RegisterName(s.name)
 		}
@@ -141,6 +146,12 @@ type mtlDevice struct {
 	psos                map[string]objc.ID
 	name                string
 	page                int
+	// gpuAddresses: buffers have gpuAddress (Metal 3, macOS 13+), which
+	// the kernels of the shared dialect need.
+	gpuAddresses bool
+	// limited: shared-dialect kernels whose pipeline allows fewer than
+	// QP_TG threads per threadgroup (register pressure); not launched.
+	limited map[string]bool
 }
 
 // openSystemDevice opens the default Metal device and compiles src, making
@@ -149,7 +160,7 @@ func openSystemDevice(src string, lib *library) (device, error) {
 	if err := loadMetal(); err != nil {
 		return nil, err
 	}
-	d := &mtlDevice{psos: map[string]objc.ID{}, page: syscall.Getpagesize()}
+	d := &mtlDevice{psos: map[string]objc.ID{}, page: syscall.Getpagesize(), limited: map[string]bool{}}
 	err := withPool(func() error {
 		d.dev = mtlCreateSystemDefaultDevice()
 		if d.dev == 0 {
@@ -161,8 +172,14 @@ func openSystemDevice(src string, lib *library) (device, error) {
 			return fmt.Errorf("metal: %s: newCommandQueue failed", d.name)
 		}
 		opts := clsMTLCompileOptions.Send(selAlloc).Send(selInit)
-		// IEEE semantics for exp/log/inf, so the kernels match the CPU.
-		opts.Send(selSetFastMathEnabled, false)
+		// IEEE semantics for exp/log/inf, so the kernels match the CPU:
+		// mathMode = MTLMathModeSafe (0) where it exists (macOS 15;
+		// setFastMathEnabled: is deprecated there), else fast math off.
+		if objc.Send[bool](opts, selRespondsToSelector, selSetMathMode) {
+			opts.Send(selSetMathMode, uint64(0))
+		} else {
+			opts.Send(selSetFastMathEnabled, false)
+		}
 		var nserr objc.ID
 		d.library = d.dev.Send(selNewLibraryWithSource, nsString(src), opts, unsafe.Pointer(&nserr))
 		opts.Send(selRelease)
@@ -182,10 +199,17 @@ func openSystemDevice(src string, lib *library) (device, error) {
 			}
 			d.psos[name] = pso
 			if n := uint64(pso.Send(selMaxTotalThreadsPerThreadgroup)); n < tgThreads {
-				return fmt.Errorf("metal: %s: kernel %s allows %d threads per threadgroup, needs %d", d.name, name, n, tgThreads)
+				if lib.kernels[name].Entry {
+					// A layer kernel: its op runs on the CPU instead.
+					d.limited[name] = true
+				} else {
+					return fmt.Errorf("metal: %s: kernel %s allows %d threads per threadgroup, needs %d", d.name, name, n, tgThreads)
+				}
 			}
 			if w := uint64(pso.Send(selThreadExecutionWidth)); w != simdWidth {
-				return fmt.Errorf("metal: %s: SIMD width %d, the kernels need %d", d.name, w, simdWidth)
+				// Intel and AMD Macs (SIMD width 64 or other): refused as
+				// unsupported, so callers fall back to the CPU backend.
+				return fmt.Errorf("metal: %s: SIMD width %d, the kernels need %d: %w", d.name, w, simdWidth, ErrUnsupported)
 			}
 		}
 		return nil
@@ -194,8 +218,17 @@ func openSystemDevice(src string, lib *library) (device, error) {
 		d.close()
 		return nil, err
 	}
+	// Probe once whether buffers have GPU addresses.
+	if r, err := d.alloc(1); err == nil {
+		d.gpuAddresses = r.gpu != 0
+		d.free(r)
+	}
 	return d, nil
 }
+
+func (d *mtlDevice) addressable() bool { return d.gpuAddresses }
+
+func (d *mtlDevice) unusable() map[string]bool { return d.limited }
 
 func (d *mtlDevice) deviceName() string { return d.name }
 
@@ -208,16 +241,28 @@ func (d *mtlDevice) alloc(n int) (*region, error) {
 		return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
 	}
 	var buf objc.ID
+	var length, gpu uint64
 	_ = withPool(func() error {
 		buf = d.dev.Send(selNewBufferWithBytesNoCopy, unsafe.Pointer(unsafe.SliceData(mem)), uint64(size),
 			uint64(mtlResourceStorageModeShared), objc.ID(0))
+		if buf == 0 {
+			return nil
+		}
+		// Some macOS VMs return a zero-length buffer instead of nil.
+		length = objc.Send[uint64](buf, selLength)
+		if objc.Send[bool](buf, selRespondsToSelector, selGPUAddress) {
+			gpu = objc.Send[uint64](buf, selGPUAddress)
+		}
 		return nil
 	})
-	if buf == 0 {
+	if buf == 0 || length < uint64(size) {
+		if buf != 0 {
+			_ = withPool(func() error { buf.Send(selRelease); return nil })
+		}
 		_ = syscall.Munmap(mem)
-		return nil, fmt.Errorf("%s: newBufferWithBytesNoCopy refused %d bytes", d.name, size)
+		return nil, fmt.Errorf("%s: newBufferWithBytesNoCopy refused %d bytes (buffer length %d)", d.name, size, length)
 	}
-	return &region{mem: mem, handle: uintptr(buf)}, nil
+	return &region{mem: mem, handle: uintptr(buf), gpu: gpu}, nil
 }
 
 func (d *mtlDevice) free(r *region) {
@@ -231,10 +276,16 @@ func (d *mtlDevice) free(r *region) {
 	}
 }
 
-// run encodes the launches into one command buffer, commits it and waits.
-func (d *mtlDevice) run(ls []*launch) error {
-	return withPool(func() error {
-		cb := d.queue.Send(selCommandBuffer)
+// submit encodes the launches into one command buffer (one serial compute
+// encoder: each dispatch sees the writes of the ones before) and commits
+// it; the returned wait blocks until it completed and checks its status.
+// Command buffers of the queue run in commit order. A launch of the shared
+// dialect has its regions made resident with useResource:usage: (its
+// parameter block holds their GPU addresses).
+func (d *mtlDevice) submit(ls []*launch) (func() error, error) {
+	var cb objc.ID
+	err := withPool(func() error {
+		cb = d.queue.Send(selCommandBuffer)
 		if cb == 0 {
 			return fmt.Errorf("%s: no command buffer", d.name)
 		}
@@ -252,19 +303,38 @@ func (d *mtlDevice) run(ls []*launch) error {
 			for i, r := range l.bufs {
 				enc.Send(selSetBuffer, objc.ID(r.handle), uint64(0), uint64(i))
 			}
+			for _, u := range l.uses {
+				usage := uint64(mtlResourceUsageRead)
+				if u.write {
+					usage |= mtlResourceUsageWrite
+				}
+				enc.Send(selUseResource, objc.ID(u.r.handle), usage)
+			}
 			enc.Send(selSetBytes, unsafe.Pointer(unsafe.SliceData(l.params)), uint64(len(l.params)), uint64(len(l.bufs)))
 			enc.Send(selDispatchThreadgroups,
 				mtlSize{Width: uint64(l.grid[0]), Height: uint64(l.grid[1]), Depth: uint64(l.grid[2])},
 				mtlSize{Width: uint64(l.group[0]), Height: uint64(l.group[1]), Depth: uint64(l.group[2])})
 		}
 		enc.Send(selEndEncoding)
+		// The command buffer is autoreleased: keep it past the pool until
+		// its wait.
+		cb.Send(selRetain)
 		cb.Send(selCommit)
-		cb.Send(selWaitUntilCompleted)
-		if st := uint64(cb.Send(selStatus)); st != mtlCommandBufferCompleted {
-			return fmt.Errorf("%s: command buffer failed (status %d): %s", d.name, st, errorText(cb.Send(selError)))
-		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		return withPool(func() error {
+			defer cb.Send(selRelease)
+			cb.Send(selWaitUntilCompleted)
+			if st := uint64(cb.Send(selStatus)); st != mtlCommandBufferCompleted {
+				return fmt.Errorf("%s: command buffer failed (status %d): %s", d.name, st, errorText(cb.Send(selError)))
+			}
+			return nil
+		})
+	}, nil
 }
 
 func (d *mtlDevice) close() error {

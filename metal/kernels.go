@@ -4,11 +4,14 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"path"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
 )
 
 //go:embed kernels/*.metal
@@ -22,9 +25,13 @@ var (
 )
 
 // Source returns the Metal Shading Language source of every kernel: the
-// files of metal/kernels in name order, concatenated. It is compiled at run
-// time (newLibraryWithSource:options:error:), so no Metal toolchain is
-// needed to build qpack.
+// files of metal/kernels in name order, concatenated, with the kernel
+// bodies shared with the CUDA backend (sharedBodies, written in the
+// dialect that kernels/01_prelude.metal implements for MSL) inserted after
+// the files numbered below 10 (the common definitions and the prelude) and
+// before the Metal-only kernels. It is compiled at run time
+// (newLibraryWithSource:options:error:), so no Metal toolchain is needed
+// to build qpack.
 func Source() string {
 	loadSource()
 	return sourceText
@@ -39,7 +46,12 @@ func loadSource() {
 		}
 		sort.Strings(names)
 		var b strings.Builder
+		shared := false
 		for _, n := range names {
+			if !shared && path.Base(n) >= "10" {
+				writeShared(&b)
+				shared = true
+			}
 			data, err := kernelFS.ReadFile(n)
 			if err != nil {
 				sourceErr = err
@@ -51,9 +63,28 @@ func loadSource() {
 				b.WriteByte('\n')
 			}
 		}
+		if !shared {
+			writeShared(&b)
+		}
 		sourceText = b.String()
 		sourceLib, sourceErr = parseLibrary(sourceText)
 	})
+}
+
+// sharedBodies returns the kernel bodies shared with the CUDA backend, in
+// the dialect of kernels/01_prelude.metal (internal/gpukernels).
+var sharedBodies = gpukernels.Bodies
+
+func writeShared(b *strings.Builder) {
+	body := sharedBodies()
+	if body == "" {
+		return
+	}
+	b.WriteString("// ---- internal/gpukernels (shared bodies) ----\n")
+	b.WriteString(body)
+	if body[len(body)-1] != '\n' {
+		b.WriteByte('\n')
+	}
 }
 
 // kernelLibrary returns the parsed kernel signatures and parameter structs of
@@ -77,6 +108,22 @@ type kernelSig struct {
 	Params  []kernelParam
 	Buffers int    // buffer parameters, indices 0..Buffers-1
 	Struct  string // the constant parameter struct (the last buffer)
+	// Entry marks a kernel of the shared dialect (QP_ENTRY): its only
+	// buffer is the parameter struct, whose QP_GLOBAL pointer fields hold
+	// GPU addresses; the ids are the ones entryParams lists.
+	Entry bool
+}
+
+// entryParams is the parameter list QP_ENTRY(name, P) declares (see
+// kernels/01_prelude.metal; TestPreludeEntryMatches keeps the two equal).
+func entryParams(st string) []kernelParam {
+	return []kernelParam{
+		{Type: "constant " + st + "&", Name: "p", Attr: "buffer", Index: 0},
+		{Type: "uint3", Name: "qp_tgid", Attr: "threadgroup_position_in_grid", Index: -1},
+		{Type: "uint", Name: "qp_tid", Attr: "thread_index_in_threadgroup", Index: -1},
+		{Type: "uint", Name: "qp_lane", Attr: "thread_index_in_simdgroup", Index: -1},
+		{Type: "uint", Name: "qp_simd_id", Attr: "simdgroup_index_in_threadgroup", Index: -1},
+	}
 }
 
 // kernelParam is one parameter: its declared type (address space
@@ -103,11 +150,16 @@ type structLayout struct {
 	Order  []string
 }
 
+// structField is one field; Type is the scalar type, or "ptr" / "cptr" for
+// a QP_GLOBAL pointer (a 64-bit GPU address; cptr points to const data).
 type structField struct {
 	Type   string
 	Offset int
 	Size   int
 }
+
+// Pointer reports whether the field is a QP_GLOBAL pointer.
+func (f structField) Pointer() bool { return f.Type == "ptr" || f.Type == "cptr" }
 
 // PositionAttrs are the kernel-parameter attributes the host and the shim
 // support, with whether they are vectors (uint3) or scalars.
@@ -138,12 +190,18 @@ var (
 	reParam        = regexp.MustCompile(`^(.*?)\b([A-Za-z_]\w*)\s*\[\[\s*([A-Za-z_]\w*)\s*(?:\(\s*(\d+)\s*\))?\s*\]\]$`)
 	reField        = regexp.MustCompile(`^([A-Za-z_]\w*)\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)$`)
 	reConstRef     = regexp.MustCompile(`^constant\s+([A-Za-z_]\w*)\s*&$`)
+	rePtrField     = regexp.MustCompile(`^QP_GLOBAL\s+(const\s+)?([A-Za-z_]\w*)\s*\*\s*([A-Za-z_]\w*)$`)
+	reEntry        = regexp.MustCompile(`\bQP_ENTRY\s*\(\s*([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*\)`)
+	rePreproc      = regexp.MustCompile(`(?m)^[ \t]*#(?:[^\n]*\\\n)*[^\n]*`)
 	reConstWord    = regexp.MustCompile(`\bconst\b`)
 )
 
+// stripComments removes comments and preprocessor lines (a macro such as
+// QP_ENTRY's definition is not a kernel).
 func stripComments(src string) string {
 	src = reBlockComment.ReplaceAllString(src, " ")
-	return reLineComment.ReplaceAllString(src, "")
+	src = reLineComment.ReplaceAllString(src, "")
+	return rePreproc.ReplaceAllString(src, "")
 }
 
 // parseLibrary reads the kernel signatures and parameter structs of src and
@@ -153,15 +211,44 @@ func stripComments(src string) string {
 func parseLibrary(src string) (*library, error) {
 	clean := stripComments(src)
 	lib := &library{kernels: map[string]*kernelSig{}, structs: map[string]*structLayout{}}
+	// A struct the host cannot lay out is an error only when a kernel
+	// takes it as its parameter block (helper structs may hold anything).
+	bad := map[string]error{}
 	for _, m := range reStruct.FindAllStringSubmatch(clean, -1) {
+		if _, dup := lib.structs[m[1]]; dup {
+			return nil, fmt.Errorf("metal kernels: struct %s defined twice", m[1])
+		}
+		if _, dup := bad[m[1]]; dup {
+			return nil, fmt.Errorf("metal kernels: struct %s defined twice", m[1])
+		}
 		sl, err := parseStruct(m[1], m[2])
 		if err != nil {
-			return nil, err
-		}
-		if _, dup := lib.structs[sl.Name]; dup {
-			return nil, fmt.Errorf("metal kernels: struct %s defined twice", sl.Name)
+			bad[m[1]] = err
+			continue
 		}
 		lib.structs[sl.Name] = sl
+	}
+	addKernel := func(sig *kernelSig) error {
+		if err, ok := bad[sig.Struct]; ok {
+			return err
+		}
+		if _, ok := lib.structs[sig.Struct]; !ok {
+			return fmt.Errorf("metal kernels: kernel %s: parameter struct %s is not defined", sig.Name, sig.Struct)
+		}
+		if _, dup := lib.kernels[sig.Name]; dup {
+			return fmt.Errorf("metal kernels: kernel %s defined twice", sig.Name)
+		}
+		lib.kernels[sig.Name] = sig
+		return nil
+	}
+	type found struct {
+		at  int
+		sig *kernelSig
+	}
+	var all []found
+	for _, m := range reEntry.FindAllStringSubmatchIndex(clean, -1) {
+		name, st := clean[m[2]:m[3]], clean[m[4]:m[5]]
+		all = append(all, found{m[0], &kernelSig{Name: name, Params: entryParams(st), Buffers: 1, Struct: st, Entry: true}})
 	}
 	for _, loc := range reKernel.FindAllStringSubmatchIndex(clean, -1) {
 		name := clean[loc[2]:loc[3]]
@@ -174,14 +261,14 @@ func parseLibrary(src string) (*library, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, ok := lib.structs[sig.Struct]; !ok {
-			return nil, fmt.Errorf("metal kernels: kernel %s: parameter struct %s is not defined", name, sig.Struct)
+		all = append(all, found{loc[0], sig})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
+	for _, f := range all {
+		if err := addKernel(f.sig); err != nil {
+			return nil, err
 		}
-		if _, dup := lib.kernels[name]; dup {
-			return nil, fmt.Errorf("metal kernels: kernel %s defined twice", name)
-		}
-		lib.kernels[name] = sig
-		lib.names = append(lib.names, name)
+		lib.names = append(lib.names, f.sig.Name)
 	}
 	if len(lib.names) == 0 {
 		return nil, fmt.Errorf("metal kernels: no kernel functions found")
@@ -294,9 +381,24 @@ func parseStruct(name, body string) (*structLayout, error) {
 		if decl == "" {
 			continue
 		}
+		if pm := rePtrField.FindStringSubmatch(decl); pm != nil {
+			typ := "ptr"
+			if pm[1] != "" {
+				typ = "cptr"
+			}
+			if _, dup := sl.Fields[pm[3]]; dup {
+				return nil, fmt.Errorf("metal kernels: struct %s: field %s declared twice", name, pm[3])
+			}
+			off = (off + 7) / 8 * 8
+			sl.Fields[pm[3]] = structField{Type: typ, Offset: off, Size: 8}
+			sl.Order = append(sl.Order, pm[3])
+			off += 8
+			maxAlign = 8
+			continue
+		}
 		m := reField.FindStringSubmatch(decl)
 		if m == nil {
-			return nil, fmt.Errorf("metal kernels: struct %s: cannot parse field %q (want `type name;` with a scalar type)", name, decl)
+			return nil, fmt.Errorf("metal kernels: struct %s: cannot parse field %q (want `type name;` with a scalar type, or `QP_GLOBAL [const] type* name;`)", name, decl)
 		}
 		size, ok := scalarSizes[m[1]]
 		if !ok {

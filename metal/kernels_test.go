@@ -3,6 +3,8 @@ package metal
 import (
 	"strings"
 	"testing"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
 )
 
 func TestEmbeddedLibrary(t *testing.T) {
@@ -10,9 +12,11 @@ func TestEmbeddedLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "gated_rms_norm", "l2_norm",
+	// The shared bodies first (after the common definitions and the
+	// prelude), then the Metal-only kernels.
+	want := append(gpukernels.Kernels(), "gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "gated_rms_norm", "l2_norm",
 		"rope_neox", "attn_decode", "conv1d_step", "gdn_gates", "gated_delta_step",
-		"swiglu", "sigmoid_mul", "residual_add", "scale_add"}
+		"swiglu", "sigmoid_mul_rows", "residual_add", "scale_add", "copy_f32")
 	if strings.Join(lib.names, " ") != strings.Join(want, " ") {
 		t.Fatalf("kernels %v, want %v", lib.names, want)
 	}
@@ -37,6 +41,14 @@ func TestEmbeddedLibrary(t *testing.T) {
 			t.Errorf("kernel %s: struct %s is %d bytes, not a multiple of 8", name, sig.Struct, lib.structs[sig.Struct].Size)
 		}
 	}
+	// A kernel of the shared dialect: pointers first, the entry's ids.
+	c := lib.structs["CopyF32"]
+	if c.Size != 24 || c.Fields["dst"].Type != "ptr" || c.Fields["src"].Type != "cptr" || c.Fields["n"].Offset != 16 {
+		t.Errorf("CopyF32 layout %+v", c)
+	}
+	if cp := lib.kernels["copy_f32"]; !cp.Entry || cp.Buffers != 1 || cp.Struct != "CopyF32" || len(cp.Params) != 5 {
+		t.Errorf("copy_f32 signature: %+v", cp)
+	}
 	q4 := lib.kernels["gemv_q4"]
 	if q4.Buffers != 6 || q4.Struct != "QGemv" || q4.Params[4].Writable() == false || q4.Params[0].Writable() || q4.Params[5].Writable() {
 		t.Errorf("gemv_q4 signature: %+v", q4)
@@ -60,6 +72,9 @@ func TestParseLibraryErrors(t *testing.T) {
 		{st + st + "kernel void k(constant P& p [[buffer(0)]]) {}", "defined twice"},
 		{st + "kernel void k(constant P& p [[buffer(0)]]) {}\nkernel void k(constant P& p [[buffer(0)]]) {}", "kernel k defined twice"},
 		{st + "kernel void k(constant P& p [[buffer(0)]] {}", "unbalanced"},
+		{"struct P { QP_GLOBAL float** x; };\nQP_ENTRY(k, P) {}", "cannot parse field"},
+		{st + "QP_ENTRY(k, Q) {}", "struct Q is not defined"},
+		{st + "QP_ENTRY(k, P) {}\nkernel void k(constant P& p [[buffer(0)]]) {}", "kernel k defined twice"},
 	} {
 		_, err := parseLibrary(c.src)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -78,6 +93,48 @@ func TestParseLibraryErrors(t *testing.T) {
 	}
 	if len(lib.names) != 1 || lib.kernels["k"].Params[2].Attr != "thread_position_in_grid" {
 		t.Errorf("kernels %+v", lib.kernels)
+	}
+	// The dialect: a macro defining a kernel is not one; pointer fields are
+	// 8 bytes; an unparsable helper struct is fine; kernels in source order.
+	lib, err = parseLibrary("#define QP_ENTRY(name, P) \\\n kernel void name(constant P& p [[buffer(0)]])\n" +
+		"struct H { float4 v; };\nstruct P { QP_GLOBAL const int* ix; QP_GLOBAL float* y; uint n; };\n" +
+		"QP_ENTRY(b, P) {}\nkernel void a(constant P& p [[buffer(0)]]) {}\nQP_ENTRY(c, P) {}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := lib.structs["P"]; p.Size != 24 || p.Fields["ix"].Type != "cptr" || p.Fields["y"].Offset != 8 || p.Fields["n"].Offset != 16 {
+		t.Errorf("pointer layout %+v", p)
+	}
+	if strings.Join(lib.names, " ") != "b a c" || !lib.kernels["b"].Entry || lib.kernels["a"].Entry {
+		t.Errorf("kernels %v", lib.names)
+	}
+}
+
+// TestPreludeEntryMatches: QP_ENTRY in the prelude declares exactly the
+// parameters the host assumes (entryParams), which the shim's glue passes.
+func TestPreludeEntryMatches(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/01_prelude.metal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := string(src)
+	i := strings.Index(def, "#define QP_ENTRY(name, Params)")
+	if i < 0 {
+		t.Fatal("no QP_ENTRY definition")
+	}
+	def = def[i:]
+	def = def[:strings.Index(def, ")\n\n")+1]
+	def = strings.Join(strings.Fields(strings.ReplaceAll(def, "\\\n", " ")), " ")
+	var want []string
+	for _, p := range entryParams("Params") {
+		if p.Attr == "buffer" {
+			want = append(want, p.Type+" "+p.Name+" [[buffer(0)]]")
+		} else {
+			want = append(want, p.Type+" "+p.Name+" [["+p.Attr+"]]")
+		}
+	}
+	if w := "#define QP_ENTRY(name, Params) kernel void name(" + strings.Join(want, ", ") + ")"; def != w {
+		t.Errorf("prelude declares\n%s\nthe host assumes\n%s", def, w)
 	}
 }
 

@@ -263,7 +263,7 @@ func (b *Backend) SigmoidMul(y, x, g []float32, rows, dim, xStride, gStride, ySt
 		return err
 	}
 	return b.locked(func() error {
-		return b.elementwise("sigmoid_mul", y[:ny], x[:nx], g[:ng], rows, dim, yStride, xStride, gStride, 0, 0)
+		return b.elementwise("sigmoid_mul_rows", y[:ny], x[:nx], g[:ng], rows, dim, yStride, xStride, gStride, 0, 0)
 	})
 }
 

@@ -233,6 +233,8 @@ type shimDevice struct {
 	r      *bufio.Reader
 	stderr *lockedBuffer
 	dead   error
+	// submits counts submissions (command buffers).
+	submits int
 }
 
 type lockedBuffer struct {
@@ -278,8 +280,15 @@ func (d *shimDevice) alloc(n int) (*region, error) {
 	// 64-byte aligned like a page-aligned MTLBuffer would be (at least).
 	buf := make([]byte, n+64)
 	s := (64 - int(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64)) % 64
-	return &region{mem: buf[s : s+n : s+n]}, nil
+	mem := buf[s : s+n : s+n]
+	// The "GPU address" is the host address: the shim translates the
+	// pointers of a parameter block into the harness's copies.
+	return &region{mem: mem, gpu: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))}, nil
 }
+
+func (d *shimDevice) addressable() bool { return true }
+
+func (d *shimDevice) unusable() map[string]bool { return nil }
 
 func (d *shimDevice) free(r *region) { r.mem = nil }
 
@@ -315,15 +324,25 @@ func waitBounded(cmd *exec.Cmd, limit time.Duration) error {
 	}
 }
 
-func (d *shimDevice) run(ls []*launch) error {
+// submit runs the launches at once, one after another.
+func (d *shimDevice) submit(ls []*launch) (func() error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.submits++
 	for _, l := range ls {
 		if err := d.runOne(l); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return func() error { return nil }, nil
+}
+
+// fixup is a pointer field of a parameter block that the harness sets to
+// its copy of a region plus an offset.
+type fixup struct {
+	field  uint32 // byte offset in the parameter block
+	region uint32
+	off    uint64
 }
 
 func (d *shimDevice) runOne(l *launch) error {
@@ -342,7 +361,7 @@ func (d *shimDevice) runOne(l *launch) error {
 			writable[p.Index] = p.Writable()
 		}
 	}
-	for i, r := range l.bufs {
+	regOf := func(r *region) int {
 		k, ok := index[r]
 		if !ok {
 			k = len(regs)
@@ -350,15 +369,59 @@ func (d *shimDevice) runOne(l *launch) error {
 			regs = append(regs, r.mem)
 			wb = append(wb, false)
 		}
+		return k
+	}
+	for i, r := range l.bufs {
+		k := regOf(r)
 		wb[k] = wb[k] || writable[i]
 		binds = append(binds, k)
+	}
+	var used []*region
+	for _, u := range l.uses {
+		regOf(u.r)
+		used = append(used, u.r)
+	}
+	// Every non-null pointer of the parameter block must point into a
+	// region the launch declares (on Metal, one not made resident with
+	// useResource is a GPU fault); a region is written back if a
+	// non-const pointer points into it and the launch declares it written.
+	var fixups []fixup
+	if l.layout != nil {
+		for _, name := range l.layout.Order {
+			f := l.layout.Fields[name]
+			if !f.Pointer() {
+				continue
+			}
+			v := binary.LittleEndian.Uint64(l.params[f.Offset:])
+			if v == 0 {
+				continue
+			}
+			found := false
+			for ui, r := range used {
+				if v >= r.gpu && v <= r.gpu+uint64(len(r.mem)) {
+					k := index[r]
+					fixups = append(fixups, fixup{field: uint32(f.Offset), region: uint32(k), off: v - r.gpu})
+					if f.Type == "ptr" {
+						if !l.uses[ui].write {
+							return fmt.Errorf("shim: kernel %s: %s.%s points into a region the launch declares read-only", l.kernel, l.layout.Name, name)
+						}
+						wb[k] = true
+					}
+					found = true
+					break
+				}
+			}
+			if !found {
+				return fmt.Errorf("shim: kernel %s: %s.%s = %#x is in no region the launch uses", l.kernel, l.layout.Name, name, v)
+			}
+		}
 	}
 	binds = append(binds, len(regs))
 	regs = append(regs, l.params)
 	wb = append(wb, false)
 
 	put32 := func(v uint32) { _ = binary.Write(d.w, binary.LittleEndian, v) }
-	d.w.WriteString("QPL1")
+	d.w.WriteString("QPL2")
 	put32(uint32(len(l.kernel)))
 	d.w.WriteString(l.kernel)
 	for _, v := range l.grid {
@@ -380,6 +443,12 @@ func (d *shimDevice) runOne(l *launch) error {
 	put32(uint32(len(binds)))
 	for _, k := range binds {
 		put32(uint32(k))
+	}
+	put32(uint32(len(fixups)))
+	for _, f := range fixups {
+		put32(f.field)
+		put32(f.region)
+		_ = binary.Write(d.w, binary.LittleEndian, f.off)
 	}
 	if err := d.w.Flush(); err != nil {
 		return d.died(err)
@@ -485,6 +554,7 @@ func shimBackend(t *testing.T, variant, executor string) *Backend {
 		// Every launch sends the whole staging buffer through the pipe:
 		// keep it as small as the arguments.
 		sh.be.minStage = 64
+		sh.be.minArena = 64 << 10
 	})
 	if sh.err != nil {
 		t.Fatal(sh.err)
@@ -499,7 +569,9 @@ func TestKernelsThreadExecutor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: hundreds of OS threads per threadgroup")
 	}
-	runKernelCases(t, shimBackend(t, "ubsan", "threads"))
+	// The layer device's cases (the conformance suite, hundreds of
+	// launches) stay with the fiber executor: about ten times as long here.
+	runKernelCases(t, shimBackend(t, "ubsan", "threads"), false)
 }
 
 // TestShimExecutor checks the executors themselves with the self-test
@@ -644,6 +716,36 @@ func TestShimExitsAtEndOfInput(t *testing.T) {
 					t.Fatalf("harness ended with %v, want exit status 0", dev.cmd.ProcessState)
 				}
 			})
+		}
+	}
+}
+
+// TestShimChecksResidency: a shared-dialect launch whose parameter block
+// points outside the regions it declares (on Metal: a buffer not made
+// resident with useResource) is refused by the shim, as is a write
+// through a region declared read-only.
+func TestShimChecksResidency(t *testing.T) {
+	b := kernelTestBackend(t)
+	lib := b.lib
+	r1, err := b.dev.alloc(1024)
+	must(t, err)
+	r2, err := b.dev.alloc(1024)
+	must(t, err)
+	defer b.dev.free(r1)
+	defer b.dev.free(r2)
+	for _, c := range []struct {
+		uses []use
+		want string
+	}{
+		{[]use{{r: r1, write: true}}, "in no region the launch uses"},
+		{[]use{{r: r1}, {r: r2}}, "declares read-only"},
+	} {
+		p := b.params("copy_f32").u32("n", 4).ptr("dst", r1.gpu).ptr("src", r2.gpu)
+		l := &launch{kernel: "copy_f32", sig: lib.kernels["copy_f32"], layout: p.layout, params: p.b,
+			grid: [3]uint32{1, 1, 1}, group: [3]uint32{tgThreads, 1, 1}, uses: c.uses}
+		err := run(b.dev, []*launch{l})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("uses %v: error %v, want %q", c.uses, err, c.want)
 		}
 	}
 }

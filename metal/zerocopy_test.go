@@ -12,6 +12,7 @@ import (
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/expertcache"
 	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
 	"github.com/qpack-go/qpack/runtime/runner"
 )
 
@@ -61,6 +62,10 @@ type withHooks struct {
 
 func (h withHooks) MatMul(w mlxq.Matrix, y, x []float32, n int) { h.p.matMul(w, y, x, n) }
 func (h withHooks) RMSNorm(y, x, w []float32, eps float32)      { h.p.rmsNorm(y, x, w, eps) }
+
+// LayerDevice hides the backend's layer device: this test checks the
+// runtime.Backend calls (the graphs run on the host device over them).
+func (h withHooks) LayerDevice() nn.Device { return nil }
 
 // withoutHooks is the same Backend hidden behind runtime.Backend only: the
 // default path, where the runtime allocates nothing through it.

@@ -29,8 +29,9 @@ kernel void swiglu(device const uchar* ab [[buffer(0)]],
     ((device float*)(yb + p.y_off))[ulong(gid.y) * p.y_stride + gid.x] = qp_silu(a) * b;
 }
 
-// y = a * sigmoid(b) (the attention output gate)
-kernel void sigmoid_mul(device const uchar* ab [[buffer(0)]],
+// y = a * sigmoid(b) (the attention output gate; the layer device uses
+// the shared sigmoid_mul)
+kernel void sigmoid_mul_rows(device const uchar* ab [[buffer(0)]],
                         device const uchar* bb [[buffer(1)]],
                         device uchar* yb [[buffer(2)]],
                         constant Elem& p [[buffer(3)]],

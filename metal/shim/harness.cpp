@@ -18,9 +18,14 @@
 //     of OS threads: tens of milliseconds per launch on a small machine.
 //
 // Protocol (little-endian):
-//   request:  u32 magic 'QPL1' | u32 name length | name | u32 grid[3] |
+//   request:  u32 magic 'QPL2' | u32 name length | name | u32 grid[3] |
 //             u32 threadgroup[3] | u32 regions | per region: u64 length,
-//             u8 writeback, bytes | u32 bindings | per binding: u32 region
+//             u8 writeback, bytes | u32 bindings | per binding: u32 region |
+//             u32 fixups | per fixup: u32 byte offset in the parameter
+//             block (the last binding), u32 region, u64 byte offset: the
+//             harness writes the address of its copy of that region plus
+//             the offset there (a QP_GLOBAL pointer of the shared dialect;
+//             the host sends its own addresses, which mean nothing here)
 //   response: u32 status (0 ok) | u32 message length | message |
 //             if ok, the bytes of every writeback region in order.
 #include "shim_rt.h"
@@ -525,7 +530,7 @@ int main() {
         unsigned char mb[4];
         size_t got = std::fread(mb, 1, 4, stdin);
         if (got == 0) return 0;  // end of requests
-        if (got != 4 || std::memcmp(mb, "QPL1", 4) != 0) die("bad request magic");
+        if (got != 4 || std::memcmp(mb, "QPL2", 4) != 0) die("bad request magic");
         uint32_t nlen = read_u32();
         if (nlen == 0 || nlen > 256) die("bad kernel name length");
         std::string name(nlen, '\0');
@@ -555,6 +560,21 @@ int main() {
             uint32_t r = read_u32();
             if (r >= nreg) die("binding to a missing region");
             bufs[i] = mem[r];
+        }
+        uint32_t nfix = read_u32();
+        if (nfix > 64) die("too many fixups");
+        for (uint32_t i = 0; i < nfix; i++) {
+            uint32_t field = read_u32();
+            uint32_t r = read_u32();
+            uint64_t off = read_u64();
+            if (nbind == 0 || r >= nreg) die("fixup of a missing region");
+            uint32_t pr = 0;
+            for (uint32_t b = 0; b < nreg; b++)
+                if (mem[b] == bufs[nbind - 1]) pr = b;
+            if (uint64_t(field) + 8 > len[pr] || field % 8 != 0) die("fixup outside the parameter block");
+            if (off > len[r]) die("fixup past its region");
+            unsigned char* addr = static_cast<unsigned char*>(mem[r]) + off;
+            std::memcpy(static_cast<unsigned char*>(bufs[nbind - 1]) + field, &addr, 8);
         }
         const ShimKernel* k = nullptr;
         for (int i = 0; i < shim_nkernels; i++)
