@@ -31,6 +31,11 @@ import (
 //   - Host slices an op takes (GatherRows' and ScatterRows' rows, Combine's
 //     weights, Write's source) may be reused by the caller as soon as the op
 //     returns: a device that runs the op later copies them first.
+//   - A layer state's Reset, Clone and Restore are ordered with the queued
+//     work (a device runs them in queue order or waits first); Len counts
+//     the positions queued so far.
+//   - An op given a Mat without this device's handle (a Resident that
+//     failed: Binding keeps its error) records an error; it never panics.
 //   - A device is used from one goroutine at a time per forward pass.
 //   - Flush marks the end of a layer: a device that batches work submits what
 //     is queued (one command buffer per layer). It need not wait.
