@@ -1,0 +1,104 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+)
+
+// Geometry of the batched products (kernels/25_gemm.cu).
+const (
+	gemmBM    = 128 // QP_GM_BM: vectors per group of the tensor-core kernels
+	gemmBN    = 128 // QP_GM_BN: weight rows per group
+	gemmBK    = 32  // QP_GM_BK: columns per step (cols must be a multiple)
+	gemmFMABM = 64  // QP_GF_BM: vectors per group of the FMA fallback
+	gemmFMABN = 64  // QP_GF_BN: weight rows per group of the FMA fallback
+	sizeQGemm = 72  // the QGemm struct
+
+	// gemmMinVectors is the least n for which useGemm prefers the batched
+	// product to the matvec run once per vector. Below it the matvec,
+	// bound by reading W once per vector, is no slower than a tile mostly
+	// of padding. A first guess, to be set from BenchmarkGemmRate's
+	// crossover lines.
+	gemmMinVectors = 8
+)
+
+// useGemm reports whether MatMul of n vectors on w should run the batched
+// product (Backend.gemm) instead of the matvec per vector (Backend.gemv):
+// n of at least gemmMinVectors, on 4- and 8-bit or dense matrices (the
+// other widths keep the matvec, whose generic kernel is as good as the
+// fallback's generic decode).
+func useGemm(w mlxq.Matrix, n int) bool {
+	if n < gemmMinVectors {
+		return false
+	}
+	switch w.Bits {
+	case 0, 4, 8:
+		return true
+	}
+	return false
+}
+
+// gemmKernel names the tensor-core kernel for w, or "" where only the FMA
+// fallback applies (columns not a multiple of gemmBK, other widths).
+func gemmKernel(w mlxq.Matrix) string {
+	if w.Cols%gemmBK != 0 {
+		return ""
+	}
+	switch w.Bits {
+	case 4:
+		return "gemm_q4"
+	case 8:
+		return "gemm_q8"
+	case 0:
+		switch w.Type {
+		case mlxq.BF16:
+			return "gemm_bf16"
+		case mlxq.F16:
+			return "gemm_f16"
+		case mlxq.F32:
+			return "gemm_f32"
+		}
+	}
+	return ""
+}
+
+// gemm queues Y = X·Wᵀ for n vectors on device addresses, with the meaning
+// of Backend.gemv's arguments: wp, sp, bp the weight, scales and biases of
+// w (sp, bp unused for dense), xp the n×Cols float32 inputs, yp the n×Rows
+// float32 outputs. w must be a valid Matrix (checkMatrix). The
+// tensor-core kernel runs where gemmKernel has one and the weight and
+// input addresses are 16-byte aligned (as staging and Alloc'ed weights
+// are); any other case runs the FMA fallback. Launches of at most
+// maxGridY row blocks each.
+func (b *Backend) gemm(wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
+	if n < 1 || n >= 1<<31 || w.Rows < 1 || w.Cols < 1 || w.Rows >= 1<<31 || w.Cols >= 1<<31 {
+		return fmt.Errorf("cuda: gemm: n=%d for a [%d, %d] matrix", n, w.Rows, w.Cols)
+	}
+	kernel, bm, bn := gemmKernel(w), gemmBM, gemmBN
+	if kernel == "" || wp%16 != 0 || xp%16 != 0 {
+		kernel, bm, bn = "gemm_fma", gemmFMABM, gemmFMABN
+	}
+	return b.gemmLaunch(kernel, bm, bn, wp, sp, bp, xp, yp, w, n)
+}
+
+// gemmLaunch queues kernel over [n, w.Rows] in blocks of bm vectors by bn
+// rows, splitting the rows so that no launch has more than maxGridY row
+// blocks (each launch gets its rows' weights, scales, biases and output
+// columns by offset; Y keeps its row stride w.Rows).
+func (b *Backend) gemmLaunch(kernel string, bm, bn int, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
+	rowBytes := uint64(w.RowBytes())
+	sRow := uint64(w.Groups() * w.Type.Size()) // 0 for dense
+	step := maxGridY * bn
+	for r0 := 0; r0 < w.Rows; r0 += step {
+		nr := min(w.Rows-r0, step)
+		off := uint64(r0)
+		p := params(make([]byte, 0, sizeQGemm)).ptr(wp + off*rowBytes).ptr(sp + off*sRow).ptr(bp + off*sRow).
+			ptr(xp).ptr(yp + 4*off).
+			u32(n).u32(nr).u32(w.Cols).u32(w.GroupSize).u32(int(w.Type)).u32(w.Bits).u32(w.Rows).u32(0)
+		if err := b.launch(kernel, [3]int{ceilDiv(n, bm), ceilDiv(nr, bn), 1}, tgThreads, p, sizeQGemm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
