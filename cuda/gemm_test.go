@@ -1,0 +1,355 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/mlxq"
+)
+
+// The QGemm struct and the tile geometry the host assumes are the ones the
+// kernel source declares.
+func TestGemmParamsMatchSource(t *testing.T) {
+	src := Source()
+	if m := regexp.MustCompile(`QP_STATIC_ASSERT\(sizeof\(QGemm\) == (\d+)`).FindStringSubmatch(src); m == nil || m[1] != fmt.Sprint(sizeQGemm) {
+		t.Errorf("QGemm size: source %v, Go writes %d", m, sizeQGemm)
+	}
+	for name, v := range map[string]int{"QP_GM_BM": gemmBM, "QP_GM_BN": gemmBN, "QP_GM_BK": gemmBK, "QP_GF_BM": gemmFMABM, "QP_GF_BN": gemmFMABN} {
+		if !strings.Contains(src, fmt.Sprintf("#define %s %d ", name, v)) && !strings.Contains(src, fmt.Sprintf("#define %s %d\n", name, v)) {
+			t.Errorf("%s is not %d in the kernel source", name, v)
+		}
+	}
+	// Go writes the fields in this order (gemmLaunch); the struct must
+	// declare them so: 5 pointers, then 8 uint32.
+	want := []string{"w", "s", "b", "x", "y", "n", "rows", "cols", "group", "stype", "bits", "ldy", "pad"}
+	body := src[strings.Index(src, "struct QGemm {"):]
+	body = body[:strings.Index(body, "};")]
+	var got []string
+	for _, line := range strings.Split(body, "\n")[1:] {
+		if f := regexp.MustCompile(`^\s*(?:const )?\w+\*? (\w+);`).FindStringSubmatch(line); f != nil {
+			got = append(got, f[1])
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("QGemm fields %v, want %v", got, want)
+	}
+}
+
+func TestUseGemm(t *testing.T) {
+	q4 := mlxq.Matrix{Rows: 512, Cols: 2048, Bits: 4, GroupSize: 64, Type: mlxq.BF16}
+	q3 := mlxq.Matrix{Rows: 512, Cols: 2048, Bits: 3, GroupSize: 64, Type: mlxq.BF16}
+	dense := mlxq.Matrix{Rows: 41, Cols: 300, Type: mlxq.F16}
+	for _, c := range []struct {
+		w    mlxq.Matrix
+		n    int
+		want bool
+	}{
+		{q4, 1, false}, {q4, gemmMinVectors - 1, false}, {q4, gemmMinVectors, true}, {q4, 4096, true},
+		{q3, 4096, false}, {dense, 4096, true}, {dense, 2, false},
+	} {
+		if got := useGemm(c.w, c.n); got != c.want {
+			t.Errorf("useGemm(q%d %dx%d, n=%d) = %v", c.w.Bits, c.w.Rows, c.w.Cols, c.n, got)
+		}
+	}
+	for _, c := range []struct {
+		w    mlxq.Matrix
+		want string
+	}{
+		{q4, "gemm_q4"}, {mlxq.Matrix{Rows: 1, Cols: 32, Bits: 8, GroupSize: 32}, "gemm_q8"},
+		{mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.BF16}, "gemm_bf16"}, {mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.F16}, "gemm_f16"},
+		{mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.F32}, "gemm_f32"}, {dense, ""}, {q3, ""},
+	} {
+		if got := gemmKernel(c.w); got != c.want {
+			t.Errorf("gemmKernel(%+v) = %q, want %q", c.w, got, c.want)
+		}
+	}
+}
+
+// recDev is the fake device recording each launch's parameter block.
+type recDev struct {
+	*fakeDev
+	params [][]byte
+}
+
+func (d *recDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
+	d.params = append(d.params, append([]byte(nil), p...))
+	return d.fakeDev.launch(fn, grid, block, p)
+}
+
+// gemmParams is a decoded QGemm block.
+type gemmParams struct {
+	w, s, b, x, y                               devptr
+	n, rows, cols, group, stype, bits, ldy, pad int
+}
+
+func decodeGemm(p []byte) gemmParams {
+	u64 := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
+	u32 := func(i int) int { return int(binary.LittleEndian.Uint32(p[40+4*i:])) }
+	return gemmParams{u64(0), u64(1), u64(2), u64(3), u64(4), u32(0), u32(1), u32(2), u32(3), u32(4), u32(5), u32(6), u32(7)}
+}
+
+// The launcher's choice of kernel, its grid, its parameter block, and the
+// split of the rows past maxGridY row blocks, on the fake device.
+func TestGemmLaunchHostLogic(t *testing.T) {
+	d := &recDev{fakeDev: newFake(t)}
+	b, err := newBackend(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const wp, sp, bp, xp, yp = 1 << 40, 2 << 40, 3 << 40, 4 << 40, 5 << 40
+	type want struct {
+		kernel string
+		grids  [][3]uint32
+	}
+	for _, c := range []struct {
+		what   string
+		w      mlxq.Matrix
+		n      int
+		xp, wp devptr
+		want   want
+	}{
+		{"q4 expert", mlxq.Matrix{Rows: 512, Cols: 2048, Bits: 4, GroupSize: 64, Type: mlxq.BF16}, 4096, xp, wp,
+			want{"gemm_q4", [][3]uint32{{32, 4, 1}}}},
+		{"q8 tails", mlxq.Matrix{Rows: 129, Cols: 96, Bits: 8, GroupSize: 32, Type: mlxq.F32}, 129, xp, wp,
+			want{"gemm_q8", [][3]uint32{{2, 2, 1}}}},
+		{"f16 dense", mlxq.Matrix{Rows: 1, Cols: 32, Type: mlxq.F16}, 2, xp, wp, want{"gemm_f16", [][3]uint32{{1, 1, 1}}}},
+		{"odd columns", mlxq.Matrix{Rows: 65, Cols: 300, Type: mlxq.BF16}, 65, xp, wp, want{"gemm_fma", [][3]uint32{{2, 2, 1}}}},
+		{"misaligned x", mlxq.Matrix{Rows: 64, Cols: 64, Bits: 4, GroupSize: 32, Type: mlxq.BF16}, 8, xp + 4, wp, want{"gemm_fma", [][3]uint32{{1, 1, 1}}}},
+		{"misaligned w", mlxq.Matrix{Rows: 64, Cols: 64, Type: mlxq.BF16}, 8, xp, wp + 2, want{"gemm_fma", [][3]uint32{{1, 1, 1}}}},
+		{"6 bits", mlxq.Matrix{Rows: 64, Cols: 64, Bits: 6, GroupSize: 64, Type: mlxq.F16}, 8, xp, wp, want{"gemm_fma", [][3]uint32{{1, 1, 1}}}},
+		{"rows past one grid", mlxq.Matrix{Rows: maxGridY*gemmBN + 3, Cols: 64, Bits: 4, GroupSize: 32, Type: mlxq.F16}, 300, xp, wp,
+			want{"gemm_q4", [][3]uint32{{3, maxGridY, 1}, {3, 1, 1}}}},
+	} {
+		d.launches, d.grids, d.params = nil, nil, nil
+		if err := b.gemm(c.wp, sp, bp, c.xp, yp, c.w, c.n); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if fmt.Sprint(d.grids) != fmt.Sprint(c.want.grids) {
+			t.Errorf("%s: grids %v, want %v", c.what, d.grids, c.want.grids)
+		}
+		r0 := 0
+		for i, k := range d.launches {
+			if k != c.want.kernel {
+				t.Errorf("%s: launch %d ran %s, want %s", c.what, i, k, c.want.kernel)
+			}
+			p := decodeGemm(d.params[i])
+			bn := gemmBN
+			if k == "gemm_fma" {
+				bn = gemmFMABN
+			}
+			nr := min(c.w.Rows-r0, maxGridY*bn)
+			off := uint64(r0)
+			sRow := uint64(c.w.Groups() * c.w.Type.Size())
+			want := gemmParams{c.wp + off*uint64(c.w.RowBytes()), sp + off*sRow, bp + off*sRow, c.xp, yp + 4*off,
+				c.n, nr, c.w.Cols, c.w.GroupSize, int(c.w.Type), c.w.Bits, c.w.Rows, 0}
+			if p != want {
+				t.Errorf("%s: launch %d params\n%+v\nwant\n%+v", c.what, i, p, want)
+			}
+			r0 += nr
+		}
+		if r0 != c.w.Rows {
+			t.Errorf("%s: launches cover %d rows of %d", c.what, r0, c.w.Rows)
+		}
+	}
+	if err := b.gemm(wp, sp, bp, xp, yp, mlxq.Matrix{Rows: 4, Cols: 32, Type: mlxq.F32}, 0); err == nil {
+		t.Error("gemm of 0 vectors succeeded")
+	}
+}
+
+// download copies n bytes of device memory back.
+func download(tb testing.TB, b *Backend, p devptr, n int) []byte {
+	tb.Helper()
+	h, _, err := b.dev.hostAlloc(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer b.dev.hostFree(h)
+	if err := b.dev.dtoh(h, p); err != nil {
+		tb.Fatal(err)
+	}
+	if err := b.dev.sync(); err != nil {
+		tb.Fatal(err)
+	}
+	return append([]byte(nil), h...)
+}
+
+// gemmTol is the bound of the tensor-core kernels: x and w rounded to
+// bf16 (relative error <= 2^-9 each, so <= 2^-8 + 2^-18 per product)
+// would allow 3.9e-3 x sum_k |w x| in the worst case (every rounding of
+// one sign); rounding errors of independent values cancel in the sum, and
+// the brief's bound, 1e-3 x sum_k |w x|, is what these random inputs are
+// held to (the test logs the largest ratio seen). The FMA fallback is
+// float32 throughout and held to matTol (1e-4), as the matvec.
+const gemmTol = 1e-3
+
+// gemmCheck runs the kernel through gemmLaunch (or gemm, for kernel "")
+// on device copies of m and x, twice, and checks the result against the
+// CPU backend and the bits of the second run against the first; the
+// output buffer has a guard zone past its end, and starts as NaN so that
+// an output never written fails.
+func gemmCheck(t *testing.T, b *Backend, kernel string, m mlxq.Matrix, x []float32, n int, tol float64) float64 {
+	t.Helper()
+	wp := upload(t, b, m.Weight)
+	var sp, bp devptr
+	if m.Bits > 0 {
+		sp, bp = upload(t, b, m.Scales), upload(t, b, m.Biases)
+	}
+	xp := upload(t, b, f32bytes(x))
+	const guard = 256
+	ny := n*m.Rows + guard
+	nan := make([]byte, 4*ny)
+	for i := 0; i < ny; i++ {
+		binary.LittleEndian.PutUint32(nan[4*i:], 0x7fc00001)
+	}
+	yp := upload(t, b, nan)
+	run := func() []float32 {
+		var err error
+		switch kernel {
+		case "":
+			err = b.gemm(wp, sp, bp, xp, yp, m, n)
+		case "gemm_fma":
+			err = b.gemmLaunch(kernel, gemmFMABM, gemmFMABN, wp, sp, bp, xp, yp, m, n)
+		default:
+			err = b.gemmLaunch(kernel, gemmBM, gemmBN, wp, sp, bp, xp, yp, m, n)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := download(t, b, yp, 4*ny)
+		y := make([]float32, ny)
+		copy(y, unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), ny))
+		return y
+	}
+	got := run()
+	for i := n * m.Rows; i < ny; i++ {
+		if math.Float32bits(got[i]) != 0x7fc00001 {
+			t.Fatalf("%s: wrote past the output, at %d of %d", kernel, i, n*m.Rows)
+		}
+	}
+	again := run()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(again[i]) {
+			t.Fatalf("%s: not deterministic at %d: %g then %g", kernel, i, got[i], again[i])
+		}
+	}
+	want := make([]float32, n*m.Rows)
+	runtime.CPU{}.MatMul(m, want, x, n)
+	var w []float32
+	if m.Bits > 0 {
+		w = m.Dequantize()
+	} else {
+		w = make([]float32, m.Rows*m.Cols)
+		mlxq.DecodeFloats(w, m.Weight, m.Type)
+	}
+	worst, bad := 0.0, 0
+	for v := range n {
+		for r := range m.Rows {
+			var mag float64
+			for j := range m.Cols {
+				mag += math.Abs(float64(w[r*m.Cols+j]) * float64(x[v*m.Cols+j]))
+			}
+			g, e := got[v*m.Rows+r], want[v*m.Rows+r]
+			d := math.Abs(float64(g) - float64(e))
+			if !(d <= tol*mag) {
+				if bad++; bad <= 5 {
+					t.Errorf("%s: y[%d][%d] = %g, CPU %g (|d| %.3g > %.3g)", kernel, v, r, g, e, d, tol*mag)
+				}
+			}
+			if mag > 0 {
+				worst = max(worst, d/mag)
+			}
+		}
+	}
+	return worst
+}
+
+// TestGemmConformance: every tensor-core kernel and the fallback against
+// the CPU backend, on shapes with tails in every dimension (vectors and
+// rows not multiples of the tiles; columns of one step and of many).
+func TestGemmConformance(t *testing.T) {
+	b := openOrSkip(t)
+	r := rand.New(rand.NewPCG(21, 22))
+	type shape struct{ n, rows, cols int }
+	shapes := []shape{{1, 1, 128}, {3, 200, 384}, {130, 129, 256}, {140, 300, 1024}}
+	worst := map[string]float64{}
+	for _, bits := range []int{4, 8} {
+		for _, g := range []int{32, 64, 128} {
+			for _, st := range []mlxq.Float{mlxq.BF16, mlxq.F16, mlxq.F32} {
+				for _, s := range shapes {
+					c := matCase{s.rows, s.cols, bits, g, st}
+					m := makeMatrix(t, r, c)
+					x := randVec(r, s.n*s.cols, 1)
+					k := gemmKernel(m)
+					worst[k] = max(worst[k], gemmCheck(t, b, k, m, x, s.n, gemmTol))
+				}
+			}
+		}
+	}
+	for _, st := range []mlxq.Float{mlxq.BF16, mlxq.F16, mlxq.F32} {
+		for _, s := range shapes {
+			m := makeMatrix(t, r, matCase{s.rows, s.cols, 0, 0, st})
+			x := randVec(r, s.n*s.cols, 1)
+			k := gemmKernel(m)
+			worst[k] = max(worst[k], gemmCheck(t, b, k, m, x, s.n, gemmTol))
+		}
+	}
+	// Large activations (an outlier vector): bf16 keeps float32's range.
+	m := makeMatrix(t, r, matCase{64, 256, 4, 64, mlxq.BF16})
+	x := randVec(r, 16*256, 1)
+	for i := range 256 {
+		x[5*256+i] *= 1e5
+	}
+	worst["gemm_q4"] = max(worst["gemm_q4"], gemmCheck(t, b, "gemm_q4", m, x, 16, gemmTol))
+	// The fallback on every width, odd columns and the tails.
+	for _, c := range []struct {
+		matCase
+		n int
+	}{
+		{matCase{67, 512, 4, 64, mlxq.BF16}, 70}, {matCase{65, 256, 8, 32, mlxq.F16}, 3},
+		{matCase{33, 384, 3, 64, mlxq.BF16}, 65}, {matCase{9, 256, 5, 32, mlxq.F32}, 9},
+		{matCase{20, 384, 6, 128, mlxq.F16}, 17}, {matCase{70, 256, 2, 32, mlxq.BF16}, 64},
+		{matCase{41, 300, 0, 0, mlxq.BF16}, 66}, {matCase{41, 300, 0, 0, mlxq.F16}, 5}, {matCase{130, 77, 0, 0, mlxq.F32}, 129},
+	} {
+		m := makeMatrix(t, r, c.matCase)
+		x := randVec(r, c.n*c.cols, 1)
+		worst["gemm_fma"] = max(worst["gemm_fma"], gemmCheck(t, b, "gemm_fma", m, x, c.n, matTol))
+	}
+	// gemm itself: odd columns go to the fallback.
+	m = makeMatrix(t, r, matCase{41, 300, 0, 0, mlxq.F32})
+	x = randVec(r, 9*300, 1)
+	gemmCheck(t, b, "", m, x, 9, matTol)
+	for k, v := range worst {
+		t.Logf("%s: largest |gpu - cpu| / sum|w x| = %.3g", k, v)
+	}
+}
+
+// TestGemmBaselineKernel checks the benchmark's bf16 x bf16 kernel on
+// inputs exact in bf16 (so the CPU's float32 product of the same values is
+// the reference, within the float32 bound).
+func TestGemmBaselineKernel(t *testing.T) {
+	b := openOrSkip(t)
+	r := rand.New(rand.NewPCG(23, 24))
+	const n, rows, cols = 150, 140, 320
+	m := makeMatrix(t, r, matCase{rows, cols, 0, 0, mlxq.BF16})
+	x := randVec(r, n*cols, 1)
+	xh := make([]byte, 2*len(x))
+	mlxq.EncodeFloats(xh, x, mlxq.BF16)
+	mlxq.DecodeFloats(x, xh, mlxq.BF16) // x exact in bf16
+	wp, xp := upload(t, b, m.Weight), upload(t, b, xh)
+	yp := upload(t, b, make([]byte, 4*n*rows))
+	if err := b.gemmLaunch("gemm_bf16_bf16", gemmBM, gemmBN, wp, 0, 0, xp, yp, m, n); err != nil {
+		t.Fatal(err)
+	}
+	raw := download(t, b, yp, 4*n*rows)
+	got := make([]float32, n*rows)
+	copy(got, unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n*rows))
+	checkMatMul(t, "gemm_bf16_bf16", m, x, got, n)
+}
