@@ -353,3 +353,184 @@ func TestGemmBaselineKernel(t *testing.T) {
 	copy(got, unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n*rows))
 	checkMatMul(t, "gemm_bf16_bf16", m, x, got, n)
 }
+
+// devMem allocates n bytes of device memory, filled by repeating one block
+// of at most 16 MiB made by gen (nil: left as allocated); free releases it.
+func devMem(tb testing.TB, b *Backend, n int, gen func([]byte)) (p devptr, free func()) {
+	tb.Helper()
+	p, err := b.dev.memAlloc(n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	free = func() {
+		if err := b.dev.memFree(p); err != nil {
+			tb.Error(err)
+		}
+	}
+	if gen == nil {
+		return p, free
+	}
+	blk := min(n, 16<<20)
+	h, _, err := b.dev.hostAlloc(blk)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer b.dev.hostFree(h)
+	gen(h)
+	if err := b.dev.htod(p, h); err != nil {
+		tb.Fatal(err)
+	}
+	for off := blk; off < n; off += blk {
+		if err := b.dev.dtod(p+uint64(off), p, min(blk, n-off)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := b.dev.sync(); err != nil {
+		tb.Fatal(err)
+	}
+	return p, free
+}
+
+// bf16Gen fills a block with bf16 values uniform in [lo, hi).
+func bf16Gen(r *rand.Rand, lo, hi float32) func([]byte) {
+	return func(p []byte) {
+		for i := 0; i+2 <= len(p); i += 2 {
+			binary.LittleEndian.PutUint16(p[i:], mlxq.F32ToBF16(lo+(hi-lo)*r.Float32()))
+		}
+	}
+}
+
+// f32Gen fills a block with float32 values uniform in [-1, 1).
+func f32Gen(r *rand.Rand) func([]byte) {
+	return func(p []byte) {
+		for i := 0; i+4 <= len(p); i += 4 {
+			binary.LittleEndian.PutUint32(p[i:], math.Float32bits(2*r.Float32()-1))
+		}
+	}
+}
+
+// msPer runs fn twice to warm up, then reps times between two events, and
+// returns the GPU milliseconds per run.
+func msPer(tb testing.TB, b *Backend, reps int, fn func() error) float64 {
+	tb.Helper()
+	for range 2 {
+		if err := fn(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ms, err := b.dev.timed(func() error {
+		for range reps {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return float64(ms) / float64(reps)
+}
+
+// BenchmarkGemmRate measures, in one run: the GPU's matmul rate (the
+// baseline: gemm_bf16_bf16, this package's bf16 tensor-core kernel, on a
+// square 8192 problem with bf16 inputs; and cuBLAS's bf16 GEMM where
+// libcublas is found, for reference), then the batched products of a
+// 4,096-token prefill on the Qwen3.6-35B shapes (experts [512, 2048] and
+// [2048, 512], dense [8192, 2048] and the vocabulary head [248320, 2048])
+// in 4-bit, 8-bit (group 64, bf16 scales) and bf16, in TFLOP/s (2·n·rows·
+// cols per product) and as a ratio to the baseline; and, for an expert
+// shape, the time of gemm against the matvec per vector for n = 1 .. 256
+// (where useGemm's threshold should lie).
+func BenchmarkGemmRate(bb *testing.B) {
+	b := openOrSkip(bb)
+	r := rand.New(rand.NewPCG(31, 32))
+	tflops := func(n, rows, cols int, ms float64) float64 {
+		return 2 * float64(n) * float64(rows) * float64(cols) / (ms / 1e3) / 1e12
+	}
+
+	const sq = 8192
+	sqm := mlxq.Matrix{Rows: sq, Cols: sq, Type: mlxq.BF16}
+	wp, freeW := devMem(bb, b, 2*sq*sq, bf16Gen(r, -1, 1))
+	xp, freeX := devMem(bb, b, 2*sq*sq, bf16Gen(r, -1, 1))
+	yp, freeY := devMem(bb, b, 4*sq*sq, nil)
+	ms := msPer(bb, b, 5, func() error { return b.gemmLaunch("gemm_bf16_bf16", gemmBM, gemmBN, wp, 0, 0, xp, yp, sqm, sq) })
+	base := tflops(sq, sq, sq, ms)
+	bb.Logf("baseline gemm_bf16_bf16 [%d]^3: %.3f ms, %.1f TFLOP/s", sq, ms, base)
+	bb.ReportMetric(base, "base-TFLOP/s")
+	if rate, note := cublasRate(bb, b, wp, xp, yp, sq); rate > 0 {
+		bb.Logf("cuBLAS bf16 GEMM [%d]^3 (%s): %.1f TFLOP/s; the baseline is %.2fx of it", sq, note, rate, base/rate)
+		bb.ReportMetric(rate, "cublas-TFLOP/s")
+	} else {
+		bb.Logf("cuBLAS: not measured (%s)", note)
+	}
+	freeW()
+	freeX()
+	freeY()
+
+	const n = 4096
+	type kind struct {
+		name  string
+		bits  int
+		dense mlxq.Float
+	}
+	kinds := []kind{{"q4", 4, 0}, {"q8", 8, 0}, {"bf16", 0, mlxq.BF16}}
+	xp, freeX = devMem(bb, b, 4*n*8192, f32Gen(r))
+	defer freeX()
+	for _, shape := range [][2]int{{512, 2048}, {2048, 512}, {8192, 2048}, {248320, 2048}} {
+		rows, cols := shape[0], shape[1]
+		for _, k := range kinds {
+			w := mlxq.Matrix{Rows: rows, Cols: cols, Bits: k.bits, Type: mlxq.BF16}
+			if k.bits > 0 {
+				w.GroupSize = 64
+			} else {
+				w.Type = k.dense
+			}
+			var wgen func([]byte)
+			if k.bits > 0 {
+				wgen = func(p []byte) {
+					for i := 0; i+8 <= len(p); i += 8 {
+						binary.LittleEndian.PutUint64(p[i:], r.Uint64())
+					}
+				}
+			} else {
+				wgen = bf16Gen(r, -0.05, 0.05)
+			}
+			wp, freeW := devMem(bb, b, rows*w.RowBytes(), wgen)
+			var sp, bp devptr
+			freeS, freeB := func() {}, func() {}
+			if k.bits > 0 {
+				sp, freeS = devMem(bb, b, rows*w.Groups()*2, bf16Gen(r, 0.001, 0.011))
+				bp, freeB = devMem(bb, b, rows*w.Groups()*2, bf16Gen(r, -0.05, 0.05))
+			}
+			yp, freeY := devMem(bb, b, 4*n*rows, nil)
+			reps := max(3, min(50, int(2e12/(2*float64(n)*float64(rows)*float64(cols)))))
+			ms := msPer(bb, b, reps, func() error { return b.gemm(wp, sp, bp, xp, yp, w, n) })
+			rate := tflops(n, rows, cols, ms)
+			bb.Logf("%s %s n=%d [%d, %d]: %.3f ms, %.1f TFLOP/s = %.2fx the baseline",
+				gemmKernel(w), k.name, n, rows, cols, ms, rate, rate/base)
+			bb.ReportMetric(rate/base, fmt.Sprintf("x-base-%s-%dx%d", k.name, rows, cols))
+			if rows == 2048 && cols == 512 && k.bits == 0 {
+				ms := msPer(bb, b, reps, func() error {
+					return b.gemmLaunch("gemm_fma", gemmFMABM, gemmFMABN, wp, sp, bp, xp, yp, w, n)
+				})
+				rate := tflops(n, rows, cols, ms)
+				bb.Logf("gemm_fma (the fallback) %s n=%d [%d, %d]: %.3f ms, %.1f TFLOP/s = %.2fx the baseline",
+					k.name, n, rows, cols, ms, rate, rate/base)
+			}
+			if rows == 512 && k.bits == 4 {
+				for _, nv := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256} {
+					kernel, _ := gemvKernel(w)
+					gv := msPer(bb, b, 20, func() error { return b.gemv(kernel, wp, sp, bp, xp, yp, w, nv) })
+					gm := msPer(bb, b, 20, func() error { return b.gemm(wp, sp, bp, xp, yp, w, nv) })
+					bb.Logf("crossover q4 [%d, %d] n=%d: gemv %.1f us, gemm %.1f us (gemm/gemv %.2f; useGemm %v)",
+						rows, cols, nv, 1e3*gv, 1e3*gm, gm/gv, useGemm(w, nv))
+				}
+			}
+			freeY()
+			freeB()
+			freeS()
+			freeW()
+		}
+	}
+}
