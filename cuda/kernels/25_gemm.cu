@@ -64,6 +64,15 @@ QP_STATIC_ASSERT(sizeof(QGemm) == 72, "QGemm layout");
 
 struct alignas(8) qp_gm_uint2 { uint x, y; };
 
+// float(q) for 0 <= q < 2^23, exact, without the int-to-float unit (2^23 +
+// q has q in its mantissa); as 20_gemv.cu's, kept here so this file
+// depends on 10_common.cu only.
+QP_DEVICE float qp_gm_small_float(uint q) { return qp_as_float(0x4B000000u | q) - 8388608.0f; }
+
+// The only inline PTX. The host emulator of these kernels (cuda/testdata/emu,
+// gemm_emu_test.go) defines QP_HOST_EMULATION and its own versions of the
+// two functions, following the same definitions.
+#ifndef QP_HOST_EMULATION
 // {lo, hi} rounded to nearest-even bf16 and packed: lo in bits 0..15 (the
 // element of the lower column), hi in bits 16..31. PTX cvt.rn.bf16x2.f32
 // d, a, b puts a in the upper half and b in the lower.
@@ -87,6 +96,7 @@ QP_DEVICE void qp_mma_bf16(float* c, const uint* a, const uint* b) {
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif // QP_HOST_EMULATION
 
 // Kinds of W for the tensor-core kernel.
 #define QP_GM_Q4 4
@@ -157,14 +167,14 @@ QP_DEVICE uint qp_gm_wpair(const QpGmRegs& R, uint j) {
     if (WK == QP_GM_Q4) {
         uint word = j < 4 ? R.xw[0].x : R.xw[0].y; // 8 nibbles per word
         uint sh = 8 * (j % 4);
-        float lo = R.s * qp_small_uint_to_float((word >> sh) & 15u) + R.b;
-        float hi = R.s * qp_small_uint_to_float((word >> (sh + 4)) & 15u) + R.b;
+        float lo = R.s * qp_gm_small_float((word >> sh) & 15u) + R.b;
+        float hi = R.s * qp_gm_small_float((word >> (sh + 4)) & 15u) + R.b;
         return qp_pack_bf16(lo, hi);
     } else if (WK == QP_GM_Q8) {
         uint word = j < 2 ? R.xw[0].x : j < 4 ? R.xw[0].y : j < 6 ? R.xw[0].z : R.xw[0].w;
         uint sh = 16 * (j % 2);
-        float lo = R.s * qp_small_uint_to_float((word >> sh) & 255u) + R.b;
-        float hi = R.s * qp_small_uint_to_float((word >> (sh + 8)) & 255u) + R.b;
+        float lo = R.s * qp_gm_small_float((word >> sh) & 255u) + R.b;
+        float hi = R.s * qp_gm_small_float((word >> (sh + 8)) & 255u) + R.b;
         return qp_pack_bf16(lo, hi);
     } else if (WK == QP_GM_BF16) {
         const qp_uint4& u = R.xw[j / 4];
