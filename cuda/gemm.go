@@ -39,28 +39,42 @@ func useGemm(w mlxq.Matrix, n int) bool {
 	return false
 }
 
-// gemmKernel names the tensor-core kernel for w, or "" where only the FMA
-// fallback applies (columns not a multiple of gemmBK, other widths).
-func gemmKernel(w mlxq.Matrix) string {
+// gemmHalf selects the bf16-input tensor-core kernels (twice the tensor
+// rate, worst-case error 7.8e-3 x sum|w x|) instead of the tf32 ones
+// (9.8e-4 x sum|w x| plus the float32 sums'; kernels/25_gemm.cu). Off: the
+// project's bound for quantized products is 1e-3 x sum|w x|.
+const gemmHalf = false
+
+// gemmKernel names the tensor-core kernel for w (tf32 inputs, or bf16 with
+// half), or "" where only the FMA fallback applies (columns not a multiple
+// of gemmBK, other widths; dense f16 and f32 have tf32 kernels only).
+func gemmKernel(w mlxq.Matrix, half bool) string {
 	if w.Cols%gemmBK != 0 {
 		return ""
 	}
+	k := ""
 	switch w.Bits {
 	case 4:
-		return "gemm_q4"
+		k = "gemm_q4"
 	case 8:
-		return "gemm_q8"
+		k = "gemm_q8"
 	case 0:
 		switch w.Type {
 		case mlxq.BF16:
-			return "gemm_bf16"
+			k = "gemm_bf16"
 		case mlxq.F16:
-			return "gemm_f16"
+			k = "gemm_f16"
 		case mlxq.F32:
-			return "gemm_f32"
+			k = "gemm_f32"
 		}
 	}
-	return ""
+	if half && k != "" {
+		if k == "gemm_f16" || k == "gemm_f32" {
+			return k
+		}
+		k += "_h"
+	}
+	return k
 }
 
 // gemm queues Y = X·Wᵀ for n vectors on device addresses, with the meaning
@@ -75,7 +89,7 @@ func (b *Backend) gemm(wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
 	if n < 1 || n >= 1<<31 || w.Rows < 1 || w.Cols < 1 || w.Rows >= 1<<31 || w.Cols >= 1<<31 {
 		return fmt.Errorf("cuda: gemm: n=%d for a [%d, %d] matrix", n, w.Rows, w.Cols)
 	}
-	kernel, bm, bn := gemmKernel(w), gemmBM, gemmBN
+	kernel, bm, bn := gemmKernel(w, gemmHalf), gemmBM, gemmBN
 	if kernel == "" || wp%16 != 0 || xp%16 != 0 {
 		kernel, bm, bn = "gemm_fma", gemmFMABM, gemmFMABN
 	}

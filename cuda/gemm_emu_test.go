@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
@@ -34,7 +35,7 @@ func buildEmu(t *testing.T, flags ...string) string {
 }
 
 // runEmu runs one kernel on the emulator: W as m, X as given bytes
-// (float32, or bf16 for gemm_bf16_bf16), n vectors.
+// (float32, or bf16 for gemm_base), n vectors.
 func runEmu(t *testing.T, bin, kernel string, m mlxq.Matrix, xb []byte, n int) []float32 {
 	t.Helper()
 	var in bytes.Buffer
@@ -124,7 +125,11 @@ func emuCases() []emuCase {
 		{"gemm_bf16", matCase{130, 64, 0, 0, mlxq.BF16}, 129},
 		{"gemm_f16", matCase{9, 32, 0, 0, mlxq.F16}, 17},
 		{"gemm_f32", matCase{200, 96, 0, 0, mlxq.F32}, 33},
-		{"gemm_bf16_bf16", matCase{70, 160, 0, 0, mlxq.BF16}, 131},
+		{"gemm_q4_h", matCase{129, 96, 4, 32, mlxq.BF16}, 130},
+		{"gemm_q4_h", matCase{64, 256, 4, 128, mlxq.F32}, 5},
+		{"gemm_q8_h", matCase{140, 128, 8, 64, mlxq.F16}, 20},
+		{"gemm_bf16_h", matCase{130, 64, 0, 0, mlxq.BF16}, 129},
+		{"gemm_base", matCase{70, 160, 0, 0, mlxq.BF16}, 131},
 		{"gemm_fma", matCase{70, 384, 3, 64, mlxq.BF16}, 65},
 		{"gemm_fma", matCase{65, 256, 6, 32, mlxq.F16}, 3},
 		{"gemm_fma", matCase{20, 256, 2, 128, mlxq.F32}, 70},
@@ -135,28 +140,42 @@ func emuCases() []emuCase {
 	}
 }
 
+// emuTol is the bound a kernel is held to (see gemmTol).
+func emuTol(kernel string) float64 {
+	switch {
+	case kernel == "gemm_fma" || kernel == "gemm_base":
+		return matTol // float32 throughout, or inputs exact in bf16
+	case strings.HasSuffix(kernel, "_h"):
+		return gemmTolHalf
+	}
+	return gemmTol
+}
+
 // TestGemmEmulated runs every batched-product kernel's source on the CPU
 // emulator (the only execution these kernels get without a GPU) against
 // the CPU backend, on shapes with tails in every dimension.
 func TestGemmEmulated(t *testing.T) {
 	bin := buildEmu(t)
 	r := rand.New(rand.NewPCG(41, 42))
+	seen := map[string]bool{}
 	for _, c := range emuCases() {
+		seen[c.kernel] = true
 		m := makeMatrix(t, r, c.c)
 		x := randVec(r, c.n*c.c.cols, 1)
 		xb := f32bytes(x)
-		if c.kernel == "gemm_bf16_bf16" {
+		if c.kernel == "gemm_base" {
 			xb = make([]byte, 2*len(x))
 			mlxq.EncodeFloats(xb, x, mlxq.BF16)
 			mlxq.DecodeFloats(x, xb, mlxq.BF16)
 		}
 		got := runEmu(t, bin, c.kernel, m, xb, c.n)
-		tol := gemmTol
-		if c.kernel == "gemm_fma" || c.kernel == "gemm_bf16_bf16" {
-			tol = matTol // float32 throughout, or inputs exact in bf16
-		}
-		worst := checkAgainstCPU(t, fmt.Sprintf("%s %v n=%d", c.kernel, c.c, c.n), m, x, got, c.n, tol)
+		worst := checkAgainstCPU(t, fmt.Sprintf("%s %v n=%d", c.kernel, c.c, c.n), m, x, got, c.n, emuTol(c.kernel))
 		t.Logf("%s %v n=%d: largest |emu - cpu| / sum|w x| = %.3g", c.kernel, c.c, c.n, worst)
+	}
+	for _, k := range kernelNames {
+		if strings.HasPrefix(k, "gemm_") && !seen[k] {
+			t.Errorf("kernel %s is not emulated", k)
+		}
 	}
 }
 
@@ -172,15 +191,12 @@ func TestGemmEmulatedRaces(t *testing.T) {
 	for _, c := range []emuCase{
 		{"gemm_q4", matCase{129, 96, 4, 32, mlxq.BF16}, 130},
 		{"gemm_f32", matCase{20, 64, 0, 0, mlxq.F32}, 9},
+		{"gemm_q8_h", matCase{140, 64, 8, 64, mlxq.F16}, 20},
 		{"gemm_fma", matCase{65, 80, 0, 0, mlxq.BF16}, 65},
 	} {
 		m := makeMatrix(t, r, c.c)
 		x := randVec(r, c.n*c.c.cols, 1)
 		got := runEmu(t, bin, c.kernel, m, f32bytes(x), c.n)
-		tol := gemmTol
-		if c.kernel == "gemm_fma" {
-			tol = matTol
-		}
-		checkAgainstCPU(t, fmt.Sprintf("tsan %s %v", c.kernel, c.c), m, x, got, c.n, tol)
+		checkAgainstCPU(t, fmt.Sprintf("tsan %s %v", c.kernel, c.c), m, x, got, c.n, emuTol(c.kernel))
 	}
 }

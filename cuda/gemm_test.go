@@ -66,8 +66,15 @@ func TestUseGemm(t *testing.T) {
 		{mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.BF16}, "gemm_bf16"}, {mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.F16}, "gemm_f16"},
 		{mlxq.Matrix{Rows: 1, Cols: 64, Type: mlxq.F32}, "gemm_f32"}, {dense, ""}, {q3, ""},
 	} {
-		if got := gemmKernel(c.w); got != c.want {
+		if got := gemmKernel(c.w, false); got != c.want {
 			t.Errorf("gemmKernel(%+v) = %q, want %q", c.w, got, c.want)
+		}
+		half := c.want
+		if half == "gemm_q4" || half == "gemm_q8" || half == "gemm_bf16" {
+			half += "_h"
+		}
+		if got := gemmKernel(c.w, true); got != half {
+			t.Errorf("gemmKernel(%+v, half) = %q, want %q", c.w, got, half)
 		}
 	}
 }
@@ -181,14 +188,18 @@ func download(tb testing.TB, b *Backend, p devptr, n int) []byte {
 	return append([]byte(nil), h...)
 }
 
-// gemmTol is the bound of the tensor-core kernels: x and w rounded to
-// bf16 (relative error <= 2^-9 each, so <= 2^-8 + 2^-18 per product)
-// would allow 3.9e-3 x sum_k |w x| in the worst case (every rounding of
-// one sign); rounding errors of independent values cancel in the sum, and
-// the brief's bound, 1e-3 x sum_k |w x|, is what these random inputs are
-// held to (the test logs the largest ratio seen). The FMA fallback is
-// float32 throughout and held to matTol (1e-4), as the matvec.
-const gemmTol = 1e-3
+// gemmTol is the bound of the tf32 kernels: x and w rounded to tf32
+// (relative error <= 2^-11 each, so <= 2^-10 + 2^-22 per product) and
+// float32 sums: 9.8e-4 x sum_k |w x| from the roundings in the worst case
+// (every error of one sign), plus the sums' (a few 1e-5 at these sizes);
+// the project's bound for quantized products, 1e-3 x sum_k |w x|, is what
+// they are held to (the tests log the largest ratio seen). gemmTolHalf is
+// the bf16 kernels' worst case, (2^-7 + 2^-16) x sum_k |w x|. The FMA
+// fallback is float32 throughout and held to matTol (1e-4), as the matvec.
+const (
+	gemmTol     = 1e-3
+	gemmTolHalf = 7.9e-3
+)
 
 // gemmCheck runs the kernel through gemmLaunch (or gemm, for kernel "")
 // on device copies of m and x, twice, and checks the result against the
@@ -271,24 +282,31 @@ func gemmCheck(t *testing.T, b *Backend, kernel string, m mlxq.Matrix, x []float
 	return worst
 }
 
-// TestGemmConformance: every tensor-core kernel and the fallback against
-// the CPU backend, on shapes with tails in every dimension (vectors and
-// rows not multiples of the tiles; columns of one step and of many).
+// TestGemmConformance: every tensor-core kernel (tf32 and bf16 inputs) and
+// the fallback against the CPU backend, on shapes with tails in every
+// dimension (vectors and rows not multiples of the tiles; columns of one
+// step and of many).
 func TestGemmConformance(t *testing.T) {
 	b := openOrSkip(t)
 	r := rand.New(rand.NewPCG(21, 22))
 	type shape struct{ n, rows, cols int }
 	shapes := []shape{{1, 1, 128}, {3, 200, 384}, {130, 129, 256}, {140, 300, 1024}}
 	worst := map[string]float64{}
+	check := func(m mlxq.Matrix, x []float32, n int) {
+		for _, half := range []bool{false, true} {
+			k, tol := gemmKernel(m, half), gemmTol
+			if strings.HasSuffix(k, "_h") {
+				tol = gemmTolHalf
+			}
+			worst[k] = max(worst[k], gemmCheck(t, b, k, m, x, n, tol))
+		}
+	}
 	for _, bits := range []int{4, 8} {
 		for _, g := range []int{32, 64, 128} {
 			for _, st := range []mlxq.Float{mlxq.BF16, mlxq.F16, mlxq.F32} {
 				for _, s := range shapes {
-					c := matCase{s.rows, s.cols, bits, g, st}
-					m := makeMatrix(t, r, c)
-					x := randVec(r, s.n*s.cols, 1)
-					k := gemmKernel(m)
-					worst[k] = max(worst[k], gemmCheck(t, b, k, m, x, s.n, gemmTol))
+					m := makeMatrix(t, r, matCase{s.rows, s.cols, bits, g, st})
+					check(m, randVec(r, s.n*s.cols, 1), s.n)
 				}
 			}
 		}
@@ -296,18 +314,17 @@ func TestGemmConformance(t *testing.T) {
 	for _, st := range []mlxq.Float{mlxq.BF16, mlxq.F16, mlxq.F32} {
 		for _, s := range shapes {
 			m := makeMatrix(t, r, matCase{s.rows, s.cols, 0, 0, st})
-			x := randVec(r, s.n*s.cols, 1)
-			k := gemmKernel(m)
-			worst[k] = max(worst[k], gemmCheck(t, b, k, m, x, s.n, gemmTol))
+			check(m, randVec(r, s.n*s.cols, 1), s.n)
 		}
 	}
-	// Large activations (an outlier vector): bf16 keeps float32's range.
+	// Large activations (an outlier vector): tf32 and bf16 keep float32's
+	// range.
 	m := makeMatrix(t, r, matCase{64, 256, 4, 64, mlxq.BF16})
 	x := randVec(r, 16*256, 1)
 	for i := range 256 {
 		x[5*256+i] *= 1e5
 	}
-	worst["gemm_q4"] = max(worst["gemm_q4"], gemmCheck(t, b, "gemm_q4", m, x, 16, gemmTol))
+	check(m, x, 16)
 	// The fallback on every width, odd columns and the tails.
 	for _, c := range []struct {
 		matCase
@@ -322,7 +339,10 @@ func TestGemmConformance(t *testing.T) {
 		x := randVec(r, c.n*c.cols, 1)
 		worst["gemm_fma"] = max(worst["gemm_fma"], gemmCheck(t, b, "gemm_fma", m, x, c.n, matTol))
 	}
-	// gemm itself: odd columns go to the fallback.
+	// gemm itself: the default kernel, and odd columns to the fallback.
+	m = makeMatrix(t, r, matCase{100, 512, 4, 64, mlxq.BF16})
+	x = randVec(r, 9*512, 1)
+	gemmCheck(t, b, "", m, x, 9, gemmTol)
 	m = makeMatrix(t, r, matCase{41, 300, 0, 0, mlxq.F32})
 	x = randVec(r, 9*300, 1)
 	gemmCheck(t, b, "", m, x, 9, matTol)
@@ -331,7 +351,7 @@ func TestGemmConformance(t *testing.T) {
 	}
 }
 
-// TestGemmBaselineKernel checks the benchmark's bf16 x bf16 kernel on
+// TestGemmBaselineKernel checks the benchmark's bf16 x bf16 kernel (gemm_base) on
 // inputs exact in bf16 (so the CPU's float32 product of the same values is
 // the reference, within the float32 bound).
 func TestGemmBaselineKernel(t *testing.T) {
@@ -345,13 +365,13 @@ func TestGemmBaselineKernel(t *testing.T) {
 	mlxq.DecodeFloats(x, xh, mlxq.BF16) // x exact in bf16
 	wp, xp := upload(t, b, m.Weight), upload(t, b, xh)
 	yp := upload(t, b, make([]byte, 4*n*rows))
-	if err := b.gemmLaunch("gemm_bf16_bf16", gemmBM, gemmBN, wp, 0, 0, xp, yp, m, n); err != nil {
+	if err := b.gemmLaunch("gemm_base", gemmBM, gemmBN, wp, 0, 0, xp, yp, m, n); err != nil {
 		t.Fatal(err)
 	}
 	raw := download(t, b, yp, 4*n*rows)
 	got := make([]float32, n*rows)
 	copy(got, unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n*rows))
-	checkMatMul(t, "gemm_bf16_bf16", m, x, got, n)
+	checkMatMul(t, "gemm_base", m, x, got, n)
 }
 
 // devMem allocates n bytes of device memory, filled by repeating one block
@@ -433,15 +453,18 @@ func msPer(tb testing.TB, b *Backend, reps int, fn func() error) float64 {
 }
 
 // BenchmarkGemmRate measures, in one run: the GPU's matmul rate (the
-// baseline: gemm_bf16_bf16, this package's bf16 tensor-core kernel, on a
-// square 8192 problem with bf16 inputs; and cuBLAS's bf16 GEMM where
-// libcublas is found, for reference), then the batched products of a
-// 4,096-token prefill on the Qwen3.6-35B shapes (experts [512, 2048] and
-// [2048, 512], dense [8192, 2048] and the vocabulary head [248320, 2048])
-// in 4-bit, 8-bit (group 64, bf16 scales) and bf16, in TFLOP/s (2·n·rows·
-// cols per product) and as a ratio to the baseline; and, for an expert
-// shape, the time of gemm against the matvec per vector for n = 1 .. 256
-// (where useGemm's threshold should lie).
+// baseline: gemm_base, this package's bf16 tensor-core kernel with bf16
+// inputs, on a square 8192 problem; and cuBLAS's bf16 GEMM where libcublas
+// is found, for reference); the same kernel body with tf32 inputs on the
+// same problem (gemm_f32, the ceiling of the tf32 kernels); then the
+// batched products of a 4,096-token prefill on the Qwen3.6-35B shapes
+// (experts [512, 2048] and [2048, 512], dense [8192, 2048] and the
+// vocabulary head [248320, 2048]) in 4-bit, 8-bit (group 64, bf16 scales)
+// and bf16, each with tf32 inputs (the default) and bf16 inputs (_h), in
+// TFLOP/s (2·n·rows·cols per product) and as a ratio to the baseline; the
+// FMA fallback's rate on one shape; and, for an expert shape, gemm's time
+// against the matvec per vector for n = 1 .. 256 (where useGemm's
+// threshold should lie).
 func BenchmarkGemmRate(bb *testing.B) {
 	b := openOrSkip(bb)
 	r := rand.New(rand.NewPCG(31, 32))
@@ -454,9 +477,9 @@ func BenchmarkGemmRate(bb *testing.B) {
 	wp, freeW := devMem(bb, b, 2*sq*sq, bf16Gen(r, -1, 1))
 	xp, freeX := devMem(bb, b, 2*sq*sq, bf16Gen(r, -1, 1))
 	yp, freeY := devMem(bb, b, 4*sq*sq, nil)
-	ms := msPer(bb, b, 5, func() error { return b.gemmLaunch("gemm_bf16_bf16", gemmBM, gemmBN, wp, 0, 0, xp, yp, sqm, sq) })
+	ms := msPer(bb, b, 5, func() error { return b.gemmLaunch("gemm_base", gemmBM, gemmBN, wp, 0, 0, xp, yp, sqm, sq) })
 	base := tflops(sq, sq, sq, ms)
-	bb.Logf("baseline gemm_bf16_bf16 [%d]^3: %.3f ms, %.1f TFLOP/s", sq, ms, base)
+	bb.Logf("baseline gemm_base (bf16 inputs) [%d]^3: %.3f ms, %.1f TFLOP/s", sq, ms, base)
 	bb.ReportMetric(base, "base-TFLOP/s")
 	if rate, note := cublasRate(bb, b, wp, xp, yp, sq); rate > 0 {
 		bb.Logf("cuBLAS bf16 GEMM [%d]^3 (%s): %.1f TFLOP/s; the baseline is %.2fx of it", sq, note, rate, base/rate)
@@ -464,6 +487,14 @@ func BenchmarkGemmRate(bb *testing.B) {
 	} else {
 		bb.Logf("cuBLAS: not measured (%s)", note)
 	}
+	freeW()
+	freeX()
+	wp, freeW = devMem(bb, b, 4*sq*sq, f32Gen(r))
+	xp, freeX = devMem(bb, b, 4*sq*sq, f32Gen(r))
+	sqf := mlxq.Matrix{Rows: sq, Cols: sq, Type: mlxq.F32}
+	ms = msPer(bb, b, 3, func() error { return b.gemmLaunch("gemm_f32", gemmBM, gemmBN, wp, 0, 0, xp, yp, sqf, sq) })
+	bb.Logf("gemm_f32 (tf32 inputs, float32 W and X) [%d]^3: %.3f ms, %.1f TFLOP/s = %.2fx the baseline",
+		sq, ms, tflops(sq, sq, sq, ms), tflops(sq, sq, sq, ms)/base)
 	freeW()
 	freeX()
 	freeY()
@@ -505,11 +536,13 @@ func BenchmarkGemmRate(bb *testing.B) {
 			}
 			yp, freeY := devMem(bb, b, 4*n*rows, nil)
 			reps := max(3, min(50, int(2e12/(2*float64(n)*float64(rows)*float64(cols)))))
-			ms := msPer(bb, b, reps, func() error { return b.gemm(wp, sp, bp, xp, yp, w, n) })
-			rate := tflops(n, rows, cols, ms)
-			bb.Logf("%s %s n=%d [%d, %d]: %.3f ms, %.1f TFLOP/s = %.2fx the baseline",
-				gemmKernel(w), k.name, n, rows, cols, ms, rate, rate/base)
-			bb.ReportMetric(rate/base, fmt.Sprintf("x-base-%s-%dx%d", k.name, rows, cols))
+			for _, half := range []bool{false, true} {
+				kernel := gemmKernel(w, half)
+				ms := msPer(bb, b, reps, func() error { return b.gemmLaunch(kernel, gemmBM, gemmBN, wp, sp, bp, xp, yp, w, n) })
+				rate := tflops(n, rows, cols, ms)
+				bb.Logf("%s n=%d [%d, %d]: %.3f ms, %.1f TFLOP/s = %.2fx the baseline", kernel, n, rows, cols, ms, rate, rate/base)
+				bb.ReportMetric(rate/base, fmt.Sprintf("x-base-%s-%dx%d", kernel, rows, cols))
+			}
 			if rows == 2048 && cols == 512 && k.bits == 0 {
 				ms := msPer(bb, b, reps, func() error {
 					return b.gemmLaunch("gemm_fma", gemmFMABM, gemmFMABN, wp, sp, bp, xp, yp, w, n)

@@ -33,7 +33,7 @@ func Source() string {
 
 // Kernel names the host looks up after compiling Source.
 var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "swiglu",
-	"gemm_q4", "gemm_q8", "gemm_bf16", "gemm_f16", "gemm_f32", "gemm_fma", "gemm_bf16_bf16"}
+	"gemm_q4", "gemm_q8", "gemm_bf16", "gemm_f16", "gemm_f32", "gemm_q4_h", "gemm_q8_h", "gemm_bf16_h", "gemm_base", "gemm_fma"}
 
 // Geometry shared with the kernels (kernels/10_common.cu).
 const (

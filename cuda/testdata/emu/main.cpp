@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
     std::string k = argv[1];
     uint bm = atoi(argv[2]), bn = atoi(argv[3]);
     void (*kern)(QGemm) = k == "gemm_q4" ? gemm_q4 : k == "gemm_q8" ? gemm_q8 : k == "gemm_bf16" ? gemm_bf16
-                        : k == "gemm_f16" ? gemm_f16 : k == "gemm_f32" ? gemm_f32 : k == "gemm_fma" ? gemm_fma
-                        : k == "gemm_bf16_bf16" ? gemm_bf16_bf16 : nullptr;
+                        : k == "gemm_f16" ? gemm_f16 : k == "gemm_f32" ? gemm_f32 : k == "gemm_q4_h" ? gemm_q4_h
+                        : k == "gemm_q8_h" ? gemm_q8_h : k == "gemm_bf16_h" ? gemm_bf16_h : k == "gemm_base" ? gemm_base
+                        : k == "gemm_fma" ? gemm_fma : nullptr;
     if (!kern) {
         fprintf(stderr, "no kernel %s\n", argv[1]);
         return 2;

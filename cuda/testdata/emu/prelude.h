@@ -94,6 +94,17 @@ QP_DEVICE uint qp_emu_bf16(float f) {
 
 QP_DEVICE uint qp_pack_bf16(float lo, float hi) { return qp_emu_bf16(lo) | (qp_emu_bf16(hi) << 16); }
 
+// cvt.rna.tf32.f32: round to nearest, ties away from zero, to 10 stored
+// mantissa bits (adding half of the dropped unit to the magnitude, then
+// truncating); NaN kept.
+QP_DEVICE uint qp_tf32(float f) {
+    uint u = qp_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return u | 0x400000u;
+    }
+    return (u + 0x1000u) & 0xffffe000u;
+}
+
 struct QpEmuWarp {
     uint a[32][4];
     uint b[32][2];
@@ -126,5 +137,30 @@ QP_DEVICE void qp_mma_bf16(float* c, const uint* a, const uint* b) {
         d[e] = c[e] + float(sum);
     }
     qp_emu_warp_barrier(w); // every lane has read the fragments
+    memcpy(c, d, 16);
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, warp-collective:
+// A[row][k] in lane 4*(row%8) + k%4, register (row >= 8) + 2*(k >= 4);
+// B[k][col] in lane 4*col + k%4, register (k >= 4); D as above.
+QP_DEVICE void qp_mma_tf32(float* c, const uint* a, const uint* b) {
+    uint w = QP_SIMD_ID, l = QP_LANE;
+    QpEmuWarp& s = qp_emu_warps[w];
+    memcpy(s.a[l], a, 16);
+    memcpy(s.b[l], b, 8);
+    qp_emu_warp_barrier(w);
+    uint g = l >> 2, t = l & 3u;
+    float d[4];
+    for (uint e = 0; e < 4; e++) {
+        uint row = g + 8 * (e >> 1), col = 2 * t + (e & 1u);
+        double sum = 0;
+        for (uint k = 0; k < 8; k++) {
+            float av = qp_as_float(s.a[4 * (row % 8) + k % 4][(row >= 8) + 2 * (k >= 4)]);
+            float bv = qp_as_float(s.b[4 * col + k % 4][k >= 4]);
+            sum += double(av) * double(bv);
+        }
+        d[e] = c[e] + float(sum);
+    }
+    qp_emu_warp_barrier(w);
     memcpy(c, d, 16);
 }
