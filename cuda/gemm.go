@@ -15,28 +15,32 @@ const (
 	gemmFMABN = 64  // QP_GF_BN: weight rows per group of the FMA fallback
 	sizeQGemm = 72  // the QGemm struct
 
-	// gemmMinVectors is the least n for which useGemm prefers the batched
-	// product to the matvec run once per vector. Below it the matvec,
-	// bound by reading W once per vector, is no slower than a tile mostly
-	// of padding. A first guess, to be set from BenchmarkGemmRate's
-	// crossover lines.
-	gemmMinVectors = 8
+	// useGemm's thresholds (first guesses, to be set from
+	// BenchmarkGemmRate's crossover lines): the batched product needs at
+	// least gemmMinVectors vectors, and either gemmMinBlocks groups of
+	// threads (a 128 x 128 tile each; fewer leave most of the GPU idle
+	// while the matvec uses all of it) or gemmManyVectors vectors (where
+	// the matvec's reading W once per vector costs more than idle SMs).
+	gemmMinVectors  = 16
+	gemmMinBlocks   = 16
+	gemmManyVectors = 256
 )
 
 // useGemm reports whether MatMul of n vectors on w should run the batched
 // product (Backend.gemm) instead of the matvec per vector (Backend.gemv):
-// n of at least gemmMinVectors, on 4- and 8-bit or dense matrices (the
-// other widths keep the matvec, whose generic kernel is as good as the
-// fallback's generic decode).
+// on 4- and 8-bit or dense matrices (the other widths keep the matvec,
+// whose generic kernel is as good as the fallback's generic decode), with
+// enough vectors and enough tiles to fill the GPU (see gemmMinVectors).
 func useGemm(w mlxq.Matrix, n int) bool {
+	switch w.Bits {
+	case 0, 4, 8:
+	default:
+		return false
+	}
 	if n < gemmMinVectors {
 		return false
 	}
-	switch w.Bits {
-	case 0, 4, 8:
-		return true
-	}
-	return false
+	return n >= gemmManyVectors || ceilDiv(n, gemmBM)*ceilDiv(w.Rows, gemmBN) >= gemmMinBlocks
 }
 
 // gemmHalf selects the bf16-input tensor-core kernels (twice the tensor

@@ -77,3 +77,37 @@ func cublasRate(tb testing.TB, b *Backend, wp, xp, yp devptr, sq int) (float64, 
 	ms := msPer(tb, b, 5, gemm)
 	return 2 * float64(sq) * float64(sq) * float64(sq) / (ms / 1e3) / 1e12, lib.path
 }
+
+// CUfunction_attribute values.
+const (
+	funcAttrSharedBytes = 1
+	funcAttrLocalBytes  = 3
+	funcAttrNumRegs     = 4
+)
+
+// kernelResources describes what the compiled kernel takes per thread and
+// group (registers, local memory: spills show there, static shared
+// memory), from cuFuncGetAttribute.
+func kernelResources(b *Backend, kernel string) string {
+	g, ok := b.dev.(*gpu)
+	if !ok {
+		return "not a driver device"
+	}
+	fn, err := purego.Dlsym(g.drv.h, "cuFuncGetAttribute")
+	if err != nil || fn == 0 {
+		return "no cuFuncGetAttribute"
+	}
+	v := new(int32)
+	var pin goruntime.Pinner
+	pin.Pin(v)
+	defer pin.Unpin()
+	var out [3]int32
+	for i, a := range []uintptr{funcAttrNumRegs, funcAttrLocalBytes, funcAttrSharedBytes} {
+		*v = 0
+		if r, _, _ := purego.SyscallN(fn, uintptr(unsafe.Pointer(v)), a, b.fn[kernel]); uint32(r) != 0 {
+			return fmt.Sprintf("cuFuncGetAttribute(%d): CUresult %d", a, uint32(r))
+		}
+		out[i] = *v
+	}
+	return fmt.Sprintf("%d registers, %d bytes local, %d bytes shared", out[0], out[1], out[2])
+}

@@ -8,3 +8,5 @@ import "testing"
 func cublasRate(tb testing.TB, b *Backend, wp, xp, yp devptr, sq int) (float64, string) {
 	return 0, "no CUDA on this platform"
 }
+
+func kernelResources(b *Backend, kernel string) string { return "no CUDA on this platform" }

@@ -44,15 +44,18 @@ func TestGemmParamsMatchSource(t *testing.T) {
 
 func TestUseGemm(t *testing.T) {
 	q4 := mlxq.Matrix{Rows: 512, Cols: 2048, Bits: 4, GroupSize: 64, Type: mlxq.BF16}
-	q3 := mlxq.Matrix{Rows: 512, Cols: 2048, Bits: 3, GroupSize: 64, Type: mlxq.BF16}
-	dense := mlxq.Matrix{Rows: 41, Cols: 300, Type: mlxq.F16}
+	down := mlxq.Matrix{Rows: 2048, Cols: 512, Bits: 8, GroupSize: 64, Type: mlxq.BF16}
+	q3 := mlxq.Matrix{Rows: 8192, Cols: 2048, Bits: 3, GroupSize: 64, Type: mlxq.BF16}
+	dense := mlxq.Matrix{Rows: 4100, Cols: 300, Type: mlxq.F16}
 	for _, c := range []struct {
 		w    mlxq.Matrix
 		n    int
 		want bool
 	}{
-		{q4, 1, false}, {q4, gemmMinVectors - 1, false}, {q4, gemmMinVectors, true}, {q4, 4096, true},
-		{q3, 4096, false}, {dense, 4096, true}, {dense, 2, false},
+		{q4, 1, false}, {q4, gemmMinVectors, false}, {q4, 128, false}, {q4, gemmManyVectors - 1, false},
+		{q4, gemmManyVectors, true}, {q4, 4096, true},
+		{down, gemmMinVectors - 1, false}, {down, gemmMinVectors, true}, {down, 100, true},
+		{q3, 4096, false}, {dense, 4096, true}, {dense, 2, false}, {dense, 16, true},
 	} {
 		if got := useGemm(c.w, c.n); got != c.want {
 			t.Errorf("useGemm(q%d %dx%d, n=%d) = %v", c.w.Bits, c.w.Rows, c.w.Cols, c.n, got)
@@ -472,6 +475,12 @@ func BenchmarkGemmRate(bb *testing.B) {
 		return 2 * float64(n) * float64(rows) * float64(cols) / (ms / 1e3) / 1e12
 	}
 
+	for _, k := range kernelNames {
+		if strings.HasPrefix(k, "gemm_") {
+			bb.Logf("%s: %s", k, kernelResources(b, k))
+		}
+	}
+
 	const sq = 8192
 	sqm := mlxq.Matrix{Rows: sq, Cols: sq, Type: mlxq.BF16}
 	wp, freeW := devMem(bb, b, 2*sq*sq, bf16Gen(r, -1, 1))
@@ -551,11 +560,11 @@ func BenchmarkGemmRate(bb *testing.B) {
 				bb.Logf("gemm_fma (the fallback) %s n=%d [%d, %d]: %.3f ms, %.1f TFLOP/s = %.2fx the baseline",
 					k.name, n, rows, cols, ms, rate, rate/base)
 			}
-			if rows == 512 && k.bits == 4 {
-				for _, nv := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256} {
-					kernel, _ := gemvKernel(w)
-					gv := msPer(bb, b, 20, func() error { return b.gemv(kernel, wp, sp, bp, xp, yp, w, nv) })
-					gm := msPer(bb, b, 20, func() error { return b.gemm(wp, sp, bp, xp, yp, w, nv) })
+			if k.bits == 4 && (rows == 512 || rows == 2048 || rows == 8192) {
+				kernel, _ := gemvKernel(w)
+				for _, nv := range []int{4, 8, 16, 32, 64, 128, 256, 512} {
+					gv := msPer(bb, b, 10, func() error { return b.gemv(kernel, wp, sp, bp, xp, yp, w, nv) })
+					gm := msPer(bb, b, 10, func() error { return b.gemm(wp, sp, bp, xp, yp, w, nv) })
 					bb.Logf("crossover q4 [%d, %d] n=%d: gemv %.1f us, gemm %.1f us (gemm/gemv %.2f; useGemm %v)",
 						rows, cols, nv, 1e3*gv, 1e3*gm, gm/gv, useGemm(w, nv))
 				}
