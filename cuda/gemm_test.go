@@ -355,6 +355,41 @@ func TestGemmConformance(t *testing.T) {
 	}
 }
 
+// TestGemmEachKernel runs every gemm kernel once on a small shape with
+// tails in every dimension (2 x 2 groups of threads): the case for the
+// compute-sanitizer runs (memcheck, racecheck, synccheck, initcheck),
+// where TestGemmConformance would take too long.
+func TestGemmEachKernel(t *testing.T) {
+	b := openOrSkip(t)
+	r := rand.New(rand.NewPCG(25, 26))
+	const n, rows = 130, 129
+	for _, k := range kernelNames {
+		if !strings.HasPrefix(k, "gemm_") || k == "gemm_base" {
+			continue // gemm_base: TestGemmBaselineKernel
+		}
+		c := matCase{rows, 96, 0, 0, mlxq.BF16}
+		switch k {
+		case "gemm_q4", "gemm_q4_h":
+			c.bits, c.group = 4, 32
+		case "gemm_q8", "gemm_q8_h":
+			c.bits, c.group, c.t = 8, 32, mlxq.F16
+		case "gemm_f16":
+			c.t = mlxq.F16
+		case "gemm_f32":
+			c.t = mlxq.F32
+		case "gemm_fma":
+			c = matCase{rows, 100, 0, 0, mlxq.F32}
+		}
+		m := makeMatrix(t, r, c)
+		if k != "gemm_fma" && gemmKernel(m, strings.HasSuffix(k, "_h")) != k {
+			t.Fatalf("case for %s picks %s", k, gemmKernel(m, strings.HasSuffix(k, "_h")))
+		}
+		x := randVec(r, n*c.cols, 1)
+		tol := emuTol(k)
+		gemmCheck(t, b, k, m, x, n, tol)
+	}
+}
+
 // TestGemmBaselineKernel checks the benchmark's bf16 x bf16 kernel (gemm_base) on
 // inputs exact in bf16 (so the CPU's float32 product of the same values is
 // the reference, within the float32 bound).
