@@ -120,3 +120,17 @@ func (b *Backend) gemmLaunch(kernel string, bm, bn int, wp, sp, bp, xp, yp devpt
 	}
 	return nil
 }
+
+// matMulGemm is matMul with the batched product, for MatMul calls where
+// useGemm(w, n) holds: the arguments are placed as matMul places them
+// (weights in place from Alloc memory where 16-byte aligned, as the
+// tensor-core kernels need; otherwise staged, 256-byte aligned), then gemm
+// runs. Called with b.mu held.
+func (b *Backend) matMulGemm(w mlxq.Matrix, y, x []float32, n int) error {
+	salign := w.Type.Size()
+	aw, as, ab := inW(w.Weight, 16), inW(w.Scales, salign), inW(w.Biases, salign)
+	ax, ay := inF(x), outF(y)
+	return b.run([]*arg{aw, as, ab, ax, ay}, func() error {
+		return b.gemm(aw.ptr, as.ptr, ab.ptr, ax.ptr, ay.ptr, w, n)
+	})
+}

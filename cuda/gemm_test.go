@@ -85,12 +85,49 @@ func TestUseGemm(t *testing.T) {
 // recDev is the fake device recording each launch's parameter block.
 type recDev struct {
 	*fakeDev
-	params [][]byte
+	params  [][]byte
+	compute func(kernel string, p gemmParams) // if set, runs each gemm launch
 }
 
 func (d *recDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	d.params = append(d.params, append([]byte(nil), p...))
-	return d.fakeDev.launch(fn, grid, block, p)
+	if err := d.fakeDev.launch(fn, grid, block, p); err != nil || d.compute == nil {
+		return err
+	}
+	if k := kernelNames[fn-1]; strings.HasPrefix(k, "gemm_") {
+		d.compute(k, decodeGemm(p))
+	}
+	return nil
+}
+
+// gemmOnCPU makes the fake device compute the gemm kernels' launches with
+// the CPU backend, from the parameter block alone (as the fake's gemv).
+func (d *recDev) gemmOnCPU(t *testing.T) {
+	d.compute = func(kernel string, p gemmParams) {
+		var m mlxq.Matrix
+		var err error
+		st := mlxq.Float(p.stype)
+		if p.bits == 0 {
+			m, err = mlxq.NewDense(p.rows, p.cols, st, d.at(p.w, p.rows*p.cols*st.Size()))
+		} else {
+			sb := p.rows * (p.cols / p.group) * st.Size()
+			m, err = mlxq.NewQuantized(p.rows, p.cols, p.bits, p.group, st, d.at(p.w, p.rows*p.cols*p.bits/8), d.at(p.s, sb), d.at(p.b, sb))
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", kernel, err)
+		}
+		x := make([]float32, p.n*p.cols)
+		if kernel == "gemm_base" {
+			mlxq.DecodeFloats(x, d.at(p.x, 2*len(x)), mlxq.BF16)
+		} else {
+			copy(x, f32s(d.at(p.x, 4*len(x))))
+		}
+		y := make([]float32, p.n*p.rows)
+		runtime.CPU{}.MatMul(m, y, x, p.n)
+		for v := range p.n {
+			copy(f32s(d.at(p.y+uint64(4*v*p.ldy), 4*p.rows)), y[v*p.rows:(v+1)*p.rows])
+		}
+	}
 }
 
 // gemmParams is a decoded QGemm block.
@@ -171,6 +208,62 @@ func TestGemmLaunchHostLogic(t *testing.T) {
 	}
 	if err := b.gemm(wp, sp, bp, xp, yp, mlxq.Matrix{Rows: 4, Cols: 32, Type: mlxq.F32}, 0); err == nil {
 		t.Error("gemm of 0 vectors succeeded")
+	}
+}
+
+// matMulGemm places MatMul's arguments for gemm: staged, or in place from
+// Alloc memory when 16-byte aligned; the results (computed by the fake
+// device from the parameter blocks) are the CPU's, bit for bit.
+func TestFakeMatMulGemm(t *testing.T) {
+	d := &recDev{fakeDev: newFake(t)}
+	d.gemmOnCPU(t)
+	b, err := newBackend(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	r := rand.New(rand.NewPCG(27, 28))
+	for _, c := range []struct {
+		matCase
+		n      int
+		kernel string
+	}{
+		{matCase{129, 256, 4, 64, mlxq.BF16}, 130, "gemm_q4"},
+		{matCase{40, 96, 8, 32, mlxq.F32}, 20, "gemm_q8"},
+		{matCase{41, 300, 0, 0, mlxq.F16}, 17, "gemm_fma"},
+		{matCase{33, 64, 0, 0, mlxq.BF16}, 16, "gemm_bf16"},
+	} {
+		m := makeMatrix(t, r, c.matCase)
+		x := randVec(r, c.n*c.cols, 1)
+		want := make([]float32, c.n*c.rows)
+		runtime.CPU{}.MatMul(m, want, x, c.n)
+		for _, inPlace := range []bool{false, true} {
+			mm := m
+			if inPlace {
+				mm = inAlloc(t, b, m)
+			}
+			d.launches = nil
+			before := b.Stats()
+			got := make([]float32, c.n*c.rows)
+			b.mu.Lock()
+			err := b.matMulGemm(mm, got, x, c.n)
+			b.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, fmt.Sprintf("%v in place %v", c.matCase, inPlace), got, want)
+			if fmt.Sprint(d.launches) != fmt.Sprint([]string{c.kernel}) {
+				t.Errorf("%v: launches %v, want %s", c.matCase, d.launches, c.kernel)
+			}
+			zc := b.Stats().ZeroCopyBytes - before.ZeroCopyBytes
+			if inPlace && zc != m.Bytes() || !inPlace && zc != 0 {
+				t.Errorf("%v in place %v: %d bytes read in place of %d", c.matCase, inPlace, zc, m.Bytes())
+			}
+		}
 	}
 }
 
