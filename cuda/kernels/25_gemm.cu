@@ -102,8 +102,9 @@ QP_DEVICE uint qp_tf32(float f) {
 
 // D = A*B + D for one 16x8x16 tile: A 16x16 row-major, B 16x8 column-major,
 // bf16 inputs, float32 accumulators, per the PTX ISA's fragment layouts for
-// mma.m16n8k16 (section 9.7.14.5.8; m16n8k8 .tf32: 9.7.14.5.7) (lane = 4*g + t, g = lane>>2, t = lane&3; each register holds
-// two bf16, the lower column in the low half):
+// mma.m16n8k16 (PTX ISA 9.7.14.5.8; m16n8k8 .tf32 below: 9.7.14.5.7), with
+// lane = 4*g + t, g = lane>>2, t = lane&3, each register holding two bf16,
+// the lower column in the low half:
 //   a[0] = A[g][2t, 2t+1]    a[1] = A[g+8][2t, 2t+1]
 //   a[2] = A[g][2t+8, +9]    a[3] = A[g+8][2t+8, +9]
 //   b[0] = B[2t, 2t+1][g]    b[1] = B[2t+8, 2t+9][g]
