@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestKernelSourceClang compiles the whole kernel source (Source(), as
+// TestGemmSourceClang compiles the whole kernel source (Source(), as
 // NVRTC gets it) with clang's CUDA front end for sm_80 and sm_90 to PTX,
 // with testdata/clang_cuda_shim.h declaring what NVRTC provides built in:
 // a check of the source without a CUDA toolkit (skipped without clang++).
@@ -17,7 +17,7 @@ import (
 // and accumulators in registers (no .local arrays: an index the compiler
 // cannot resolve would put them in local memory) and issue the expected
 // number of mma instructions per step.
-func TestKernelSourceClang(t *testing.T) {
+func TestGemmSourceClang(t *testing.T) {
 	cxx, err := exec.LookPath("clang++")
 	if err != nil {
 		t.Skipf("no clang++: %v", err)

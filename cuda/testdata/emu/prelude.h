@@ -41,6 +41,10 @@ void qp_emu_warp_barrier(uint warp);
 #define QP_UNROLL
 #define QP_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define QP_HOST_EMULATION 1
+// As the CUDA prelude (and, token for token, as 10_common.cu has had them).
+#define QP_TG 256
+#define QP_SIMD 32
+#define QP_SIMDS (QP_TG / QP_SIMD)
 
 QP_DEVICE float qp_as_float(uint u) {
     float f;
