@@ -19,9 +19,9 @@
 // 64*(w&1) .., rows 32*(w>>1) ..), as 4 x 4 mma tiles of 16 x 8. Each step
 // covers 16 words of every row of both tiles (32 bf16 or 16 tf32 columns):
 // the X tile (converted) and the W tile (dequantized in float32, then
-// rounded) are written to shared memory, in two alternating buffers; the global loads
-// of step s+1 are issued into registers before the mma of step s, so their
-// latency overlaps it.
+// rounded) are written to shared memory, in two alternating buffers; the
+// global loads of step s+1 are issued into registers before the mma of
+// step s, so their latency overlaps it.
 // Preconditions (the host checks them): cols % 32 == 0; w and x 16-byte
 // aligned (then so is every row start); quantization groups of 32, 64 or
 // 128 (so no step straddles two groups).
