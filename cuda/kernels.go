@@ -42,7 +42,9 @@ var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_n
 	// the whole-layer kernels (internal/gpukernels, launched by layer_kernels.go)
 	"rms_norm_rows", "rope", "attention", "deltanet_conv", "deltanet_qknorm", "deltanet_rec",
 	"scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
-	"gather", "gather_rows", "scatter_rows", "route_topk"}
+	"gather", "gather_rows", "scatter_rows", "route_topk",
+	// the batched products (kernels/25_gemm.cu, launched by gemm.go)
+	"gemm_q4", "gemm_q8", "gemm_bf16", "gemm_f16", "gemm_f32", "gemm_q4_h", "gemm_q8_h", "gemm_bf16_h", "gemm_base", "gemm_fma"}
 
 // Geometry shared with the kernels (kernels/10_common.cu).
 const (
