@@ -30,10 +30,10 @@
 //     prefill's whole time, against the GPU's measured matmul rate where the
 //     build's backend measures one (goal ≥ 25%).
 //
-// Every step runs in a fresh process under -timeout (the container's
-// writing under four times that); a step that fails or times out is
-// reported and the others still run (exit status 1); a step that needs a
-// GPU is skipped, with the reason, where none opens.
+// Every step runs in a fresh process under -timeout (writing a container
+// under -write-timeout, by default four times that); a step that fails or
+// times out is reported and the others still run (exit status 1); a step
+// that needs a GPU is skipped, with the reason, where none opens.
 //
 //	go run ./bench/gpu [-dims 35b|80b] [-layers 8] [-tokens 32] [-prompt 4096] [-cpu-layers 4] [-dir /tmp] [-keep] [-json]
 package main
@@ -65,6 +65,7 @@ type config struct {
 	Keep        bool          `json:"-"`
 	JSON        bool          `json:"-"`
 	Timeout     time.Duration `json:"step_timeout_ns"`
+	WriteTime   time.Duration `json:"write_timeout_ns"`
 	BWTime      time.Duration `json:"pread_measure_ns"`
 	CopyBytes   int           `json:"copy_bytes"`
 }
@@ -88,9 +89,13 @@ func main() {
 	flag.BoolVar(&c.Keep, "keep", false, "keep the container (and reuse one left by an earlier -keep run)")
 	flag.BoolVar(&c.JSON, "json", false, "print the results as JSON")
 	flag.DurationVar(&c.Timeout, "timeout", 150*time.Second, "bound on each step (writing the container: 4x)")
+	flag.DurationVar(&c.WriteTime, "write-timeout", 0, "bound on writing each container (0: 4x -timeout)")
 	flag.DurationVar(&c.BWTime, "bw-time", 3*time.Second, "duration of each pread bandwidth measurement")
 	flag.IntVar(&c.CopyBytes, "copy-bytes", 1<<30, "bytes of the device copy-bandwidth measurement")
 	flag.Parse()
+	if c.WriteTime <= 0 {
+		c.WriteTime = 4 * c.Timeout
+	}
 	if _, ok := models[c.Dims]; !ok {
 		fail(fmt.Errorf("-dims %q: want 35b or 80b", c.Dims))
 	}

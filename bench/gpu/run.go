@@ -232,7 +232,7 @@ func writeContainer(c config, work string, layers int, rep *report) (string, err
 		return "", err
 	}
 	t0 := time.Now()
-	if _, err := spawn(4*c.Timeout, "-child", "write", "-model", pack, "-dims", c.Dims,
+	if _, err := spawn(c.WriteTime, "-child", "write", "-model", pack, "-dims", c.Dims,
 		"-layers", fmt.Sprint(layers), "-vocab", fmt.Sprint(c.Vocab)); err != nil {
 		return "", fmt.Errorf("writing the container: %w", err)
 	}
