@@ -64,6 +64,7 @@ type config struct {
 	Dir         string        `json:"-"`
 	Keep        bool          `json:"-"`
 	JSON        bool          `json:"-"`
+	JSONOut     string        `json:"-"`
 	Timeout     time.Duration `json:"step_timeout_ns"`
 	WriteTime   time.Duration `json:"write_timeout_ns"`
 	BWTime      time.Duration `json:"pread_measure_ns"`
@@ -88,6 +89,7 @@ func main() {
 	flag.StringVar(&c.Dir, "dir", os.TempDir(), "where to write the container")
 	flag.BoolVar(&c.Keep, "keep", false, "keep the container (and reuse one left by an earlier -keep run)")
 	flag.BoolVar(&c.JSON, "json", false, "print the results as JSON")
+	flag.StringVar(&c.JSONOut, "json-out", "", "also write the results as JSON to this file")
 	flag.DurationVar(&c.Timeout, "timeout", 150*time.Second, "bound on each step (writing the container: 4x)")
 	flag.DurationVar(&c.WriteTime, "write-timeout", 0, "bound on writing each container (0: 4x -timeout)")
 	flag.DurationVar(&c.BWTime, "bw-time", 3*time.Second, "duration of each pread bandwidth measurement")
@@ -117,10 +119,18 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		fail(err)
+	}
+	js = append(js, '\n')
+	if c.JSONOut != "" {
+		if err := os.WriteFile(c.JSONOut, js, 0o644); err != nil {
+			fail(err)
+		}
+	}
 	if c.JSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
+		_, err = os.Stdout.Write(js)
 	} else {
 		err = rep.print(os.Stdout)
 	}

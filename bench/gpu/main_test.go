@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func command(t *testing.T, args ...string) (stdout, stderr string, err error) {
 func TestWholeCommandToy(t *testing.T) {
 	dir := t.TempDir()
 	out, stderr, err := command(t, "-dims", "toy", "-layers", "4", "-cpu-layers", "2", "-tokens", "4", "-prompt", "48", "-chunk", "16",
-		"-bw-time", "200ms", "-copy-bytes", "1048576", "-dir", dir, "-json")
+		"-bw-time", "200ms", "-copy-bytes", "1048576", "-dir", dir, "-json", "-json-out", filepath.Join(t.TempDir(), "r.json"))
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, stderr, out)
 	}
@@ -107,10 +108,16 @@ func TestWholeCommandToy(t *testing.T) {
 		t.Logf("cuda steps skipped: %s", rep.GPUInfo.Skipped)
 	}
 
-	// The text form says the same, with the machine beside it.
-	out, stderr, err = command(t, "-dims", "toy", "-layers", "4", "-tokens", "2", "-prompt", "0", "-bw-time", "100ms", "-copy-bytes", "1048576", "-dir", dir)
+	// The text form says the same, with the machine beside it; -json-out
+	// writes the JSON beside it.
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, stderr, err = command(t, "-dims", "toy", "-layers", "4", "-tokens", "2", "-prompt", "0", "-bw-time", "100ms", "-copy-bytes", "1048576", "-dir", dir, "-json-out", js)
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, stderr, out)
+	}
+	var rep2 report
+	if data, err := os.ReadFile(js); err != nil || json.Unmarshal(data, &rep2) != nil || rep2.Facts == nil || rep2.PrefillCPU != nil {
+		t.Errorf("-json-out: %v %+v", err, rep2)
 	}
 	for _, want := range []string{"machine: GPU ", "cores", "pread bandwidth", "streamed (5% host), for comparison cpu", "I/O ", "HBM limit"} {
 		if !strings.Contains(out, want) {

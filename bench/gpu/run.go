@@ -110,7 +110,8 @@ func run(c config, mode expertcache.IOMode) (*report, error) {
 	}
 	ioName := c.IO
 	if mode == expertcache.Direct && !expertcache.DirectAvailable(filepath.Join(pack, qpack.LayerFile(0))) {
-		rep.Notes = append(rep.Notes, "direct I/O is refused on this file system: expert reads and the pread bandwidth are buffered")
+		rep.Notes = append(rep.Notes, "direct I/O is refused on this file system: expert reads and the pread bandwidth are buffered, "+
+			"so both may come from the page cache (the container was just written): the I/O limit is then the page cache's, not the disk's")
 		mode, ioName = expertcache.Buffered, "buffered"
 		c.IO = ioName
 	}
