@@ -28,11 +28,95 @@ type fakeDev struct {
 	fail     error
 	launches []string
 	grids    [][3]uint32
+
+	// The layer device's needs: streams and events are synchronous here,
+	// so they are only logged (calls, when log is set); failCall makes a
+	// named method fail; limit caps device memory (0: none).
+	log      bool
+	calls    []string
+	failCall map[string]error
+	limit    int64
+	inUse    int64
+	sizes    map[devptr]int64
+	events   int
+	liveEv   map[event]bool
+	freeMem  int64
 }
 
 func newFake(t *testing.T) *fakeDev {
-	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50}
+	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50,
+		failCall: map[string]error{}, sizes: map[devptr]int64{}, liveEv: map[event]bool{}, freeMem: 1 << 30}
 }
+
+// note logs a call and returns the failure set for it.
+func (f *fakeDev) note(call string, args ...any) error {
+	if f.log {
+		f.calls = append(f.calls, fmt.Sprint(append([]any{call}, args...)...))
+	}
+	return f.failCall[call]
+}
+
+func (f *fakeDev) htodOn(s stream, dst devptr, src []byte) error {
+	if err := f.note("htodOn", s); err != nil {
+		return err
+	}
+	copy(f.at(dst, len(src)), src)
+	return nil
+}
+
+func (f *fakeDev) memset(dst devptr, n int) error {
+	if err := f.note("memset"); err != nil {
+		return err
+	}
+	if n%4 != 0 {
+		f.t.Fatalf("memset of %d bytes", n)
+	}
+	clear(f.at(dst, n))
+	return nil
+}
+
+func (f *fakeDev) newEvent() (event, error) {
+	if err := f.note("newEvent"); err != nil {
+		return 0, err
+	}
+	f.events++
+	e := event(f.events)
+	f.liveEv[e] = true
+	return e, nil
+}
+
+func (f *fakeDev) checkEvent(e event) {
+	if !f.liveEv[e] {
+		f.t.Fatalf("event %d is not live", e)
+	}
+}
+
+func (f *fakeDev) record(e event, s stream) error {
+	f.checkEvent(e)
+	return f.note("record", e, s)
+}
+
+func (f *fakeDev) waitEvent(s stream, e event) error {
+	f.checkEvent(e)
+	return f.note("wait", s, e)
+}
+
+func (f *fakeDev) eventSync(e event) error {
+	f.checkEvent(e)
+	return f.note("eventSync", e)
+}
+
+func (f *fakeDev) freeEvent(e event) error {
+	f.checkEvent(e)
+	delete(f.liveEv, e)
+	return nil
+}
+
+func (f *fakeDev) memInfo() (int64, int64, error) {
+	return f.freeMem, 2 * f.freeMem, f.note("memInfo")
+}
+
+func (f *fakeDev) syncAll() error { return f.note("syncAll") }
 
 func (f *fakeDev) name() string                                     { return "fake" }
 func (f *fakeDev) computeCapability() (int, int)                    { return 9, 0 }
@@ -47,6 +131,14 @@ func (f *fakeDev) function(name string) (uintptr, error) {
 }
 
 func (f *fakeDev) memAlloc(n int) (devptr, error) {
+	if err := f.note("memAlloc", n); err != nil {
+		return 0, err
+	}
+	if f.limit > 0 && f.inUse+int64(n) > f.limit {
+		return 0, &Error{Call: "cuMemAlloc_v2", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+	}
+	f.inUse += int64(n)
+	f.sizes[f.next] = int64(n)
 	p := f.next
 	f.dev[p] = make([]byte, n)
 	f.next += devptr(n+4095) &^ 4095
@@ -57,6 +149,8 @@ func (f *fakeDev) memFree(p devptr) error {
 	if _, ok := f.dev[p]; !ok {
 		return fmt.Errorf("memFree of %#x", p)
 	}
+	f.inUse -= f.sizes[p]
+	delete(f.sizes, p)
 	delete(f.dev, p)
 	return nil
 }
@@ -93,17 +187,35 @@ func (f *fakeDev) at(p devptr, n int) []byte {
 	return nil
 }
 
-func (f *fakeDev) htod(dst devptr, src []byte) error { copy(f.at(dst, len(src)), src); return nil }
-func (f *fakeDev) dtoh(dst []byte, src devptr) error { copy(dst, f.at(src, len(dst))); return nil }
+func (f *fakeDev) htod(dst devptr, src []byte) error {
+	if err := f.note("htod"); err != nil {
+		return err
+	}
+	copy(f.at(dst, len(src)), src)
+	return nil
+}
+func (f *fakeDev) dtoh(dst []byte, src devptr) error {
+	if err := f.note("dtoh"); err != nil {
+		return err
+	}
+	copy(dst, f.at(src, len(dst)))
+	return nil
+}
 func (f *fakeDev) dtod(dst, src devptr, n int) error {
+	if err := f.note("dtod"); err != nil {
+		return err
+	}
 	copy(f.at(dst, n), f.at(src, n))
 	return nil
 }
-func (f *fakeDev) sync() error                            { return nil }
+func (f *fakeDev) sync() error                            { return f.note("sync") }
 func (f *fakeDev) timed(fn func() error) (float32, error) { return 0, fn() }
 func (f *fakeDev) close() error {
 	if len(f.dev)+len(f.host) != 0 {
 		return fmt.Errorf("closed with %d device and %d host allocations live", len(f.dev), len(f.host))
+	}
+	if len(f.liveEv) != 0 {
+		return fmt.Errorf("closed with %d events live", len(f.liveEv))
 	}
 	return nil
 }
