@@ -212,7 +212,7 @@ const stageMin = 4 << 20
 func (l *Layer) staged(n int) ([]byte, error) {
 	n = max(n, 1)
 	a := (n + stageAlign - 1) &^ (stageAlign - 1)
-	if l.stageOff+a > len(l.stage) {
+	if l.stageOff+a > len(l.stage) && l.stageOff > 0 {
 		if err := l.b.dev.sync(); err != nil {
 			return nil, err
 		}
