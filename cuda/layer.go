@@ -32,6 +32,8 @@ type Layer struct {
 	owned    map[devptr]int64
 	experts  expertCache
 	frees    *freeList // allocations of collected states (layer_state.go)
+	ropes    map[*nn.RoPE]devptr
+	kernels  bool // ops run the layer kernels (else the host path)
 	closed   bool
 	released bool
 }
@@ -56,7 +58,7 @@ func (b *Backend) Layer() *Layer {
 
 func (b *Backend) layerLocked() *Layer {
 	if b.layer == nil {
-		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}}
+		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true}
 		b.layer.experts.init()
 		if b.closed {
 			b.layer.closed = true
@@ -173,6 +175,7 @@ func (l *Layer) release() error {
 		errs = append(errs, l.b.dev.memFree(p))
 	}
 	l.owned = map[devptr]int64{}
+	l.ropes = map[*nn.RoPE]devptr{}
 	if l.stage != nil {
 		errs = append(errs, l.b.dev.hostFree(l.stage))
 		l.stage = nil

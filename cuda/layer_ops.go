@@ -7,12 +7,15 @@ import (
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
-// The Layer's ops. MatMul, Copy, GatherRows and ScatterRows run on the
-// device; every other op is computed on the host (hostOp) until its kernel
-// replaces it: the stream is waited for, the tensors it touches are
-// downloaded, nn.HostDevice's op (or, for attention, the same arithmetic
-// over the device cache's layout) runs on the copies, and its outputs are
-// uploaded. That path is exact (the reference's bits) and slow.
+// The Layer's ops. With the layer kernels (Layer.kernels, set for every
+// backend compiled from Source) each op queues its kernel (the launchers of
+// layer_kernels.go) on device addresses; host slices an op takes (rows,
+// weights) are uploaded into the pass's arena through staging first. The
+// host path (kernels off: the fake device's tests, or an op the kernels
+// refuse nothing of today) waits for the stream, downloads the tensors the
+// op touches, runs nn.HostDevice's op (for attention, the same arithmetic
+// over the device cache's layout) on the copies and uploads its outputs:
+// exact (the reference's bits) and slow.
 
 // host is the reference the host path computes with: CPU arithmetic, so the
 // results are nn.HostDevice's over the CPU backend bit for bit.
@@ -132,6 +135,22 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		xs, ys := s.XStride, s.YStride
+		if xs == 0 {
+			xs = s.Width
+		}
+		if ys == 0 {
+			ys = s.Width
+		}
+		xp, yp := addr(x, int(span(s.Rows, xs, s.Width))), addr(y, int(span(s.Rows, ys, s.Width)))
+		var wp devptr
+		if s.Kind != nn.NormUnit {
+			wp = addr(w, s.Width)
+		}
+		l.fail("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s))
+		return
+	}
 	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { host.RMSNorm(h[0], h[1], h[2], s) })
 }
 
@@ -140,6 +159,20 @@ func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
+		return
+	}
+	if l.kernels {
+		hd := r.Half + len(r.InvFreq)
+		if r.Interleaved {
+			hd = 2 * len(r.InvFreq)
+		}
+		xp := addr(x, int(span(s.Rows, s.Stride, hd)))
+		f, err := l.invFreq(r)
+		if err != nil {
+			l.fail("RoPE", err)
+			return
+		}
+		l.fail("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s))
 		return
 	}
 	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.RoPE(h[0], r, s) })
@@ -165,8 +198,8 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		return
 	}
 	vd := vdim(d)
-	addr(O, T*d.Heads*vd)
-	addr(Q, (T-1)*d.Heads*d.QStride+(d.Heads-1)*d.QStride+d.HeadDim)
+	op := addr(O, T*d.Heads*vd)
+	qp := addr(Q, (T-1)*d.Heads*d.QStride+(d.Heads-1)*d.QStride+d.HeadDim)
 	kp, vp := addr(K, T*kv.kw), addr(V, T*kv.vw)
 	if !ok {
 		return
@@ -175,7 +208,11 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	l.attendHost(kv, O, Q, K, V, T, d)
+	if l.kernels {
+		l.fail("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d))
+	} else {
+		l.attendHost(kv, O, Q, K, V, T, d)
+	}
 	if l.err != nil {
 		return
 	}
@@ -258,6 +295,24 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		C, T := a.ConvDim(), a.T
+		if T <= 0 {
+			return
+		}
+		scratch, err := l.scratch(4 * int64(T*C))
+		if err != nil {
+			l.fail("DeltaNet", err)
+			return
+		}
+		p := &deltaNetPtrs{T: T, Nk: a.Nk, Nv: a.Nv, Dk: a.Dk, Dv: a.Dv, K: a.K, Eps: a.Eps,
+			Window: addr(ts.t[0], (a.K-1)*C), State: addr(ts.t[1], a.Nv*a.Dk*a.Dv), Scratch: scratch,
+			Y: addr(a.Y, T*a.Nv*a.Dv), Mixed: addr(a.Mixed, T*C), Z: addr(a.Z, T*a.Nv*a.Dv),
+			B: addr(a.B, T*a.Nv), A: addr(a.A, T*a.Nv), Conv: addr(a.Conv, C*a.K),
+			NegA: addr(a.NegA, a.Nv), DtBias: addr(a.DtBias, a.Nv), Norm: addr(a.Norm, a.Dv)}
+		l.fail("DeltaNet", l.b.kDeltaNet(p))
+		return
+	}
 	args := []nn.Tensor{a.Y, ts.t[0], ts.t[1], a.Mixed, a.Z, a.B, a.A, a.Conv, a.NegA, a.DtBias, a.Norm}
 	l.hostOp("DeltaNet", args, 3, func(h []nn.Tensor) {
 		c := *a
@@ -271,6 +326,17 @@ func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
+		return
+	}
+	if ip, isDev := ix.Dev.(devptr); l.kernels && isDev {
+		n, top := len(ix.Host), int32(-1)
+		for _, j := range ix.Host {
+			if j < 0 || int(j) >= srcStride {
+				panic(fmt.Sprintf("cuda: Gather: index %d outside a row of %d", j, srcStride))
+			}
+			top = max(top, j)
+		}
+		l.fail("Gather", l.b.kGather(addr(dst, rows*n), addr(src, int(span(rows, srcStride, int(top)+1))), ip, n, rows, srcStride))
 		return
 	}
 	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { host.Gather(h[0], h[1], ix, rows, srcStride) })
@@ -291,6 +357,15 @@ func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		ip, err := l.indexList(rows)
+		if err != nil {
+			l.fail("GatherRows", err)
+			return
+		}
+		l.fail("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width))
+		return
+	}
 	l.copyRuns("GatherRows", rows, func(i, r, run int) error {
 		return l.b.dev.dtod(dp+4*uint64(i*width), sp+4*uint64(r*width), 4*run*width)
 	})
@@ -309,6 +384,15 @@ func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
 		}
 	}
 	if !ok {
+		return
+	}
+	if l.kernels {
+		ip, err := l.indexList(rows)
+		if err != nil {
+			l.fail("ScatterRows", err)
+			return
+		}
+		l.fail("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width))
 		return
 	}
 	l.copyRuns("ScatterRows", rows, func(i, r, run int) error {
@@ -339,6 +423,10 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		l.fail("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n))
+		return
+	}
 	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { host.GLU(act, h[0], h[1], h[2], n) })
 }
 
@@ -347,6 +435,11 @@ func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("SigmoidMul", l.b.kSigmoidMul(addr(o, int(span(rows, oStride, width))), addr(g, int(span(rows, gStride, width))),
+			rows, width, oStride, gStride))
 		return
 	}
 	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { host.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
@@ -359,6 +452,10 @@ func (l *Layer) Add(x, y nn.Tensor, n int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		l.fail("Add", l.b.kAdd(addr(x, n), addr(y, n), n))
+		return
+	}
 	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { host.Add(h[0], h[1], n) })
 }
 
@@ -367,6 +464,10 @@ func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width))
 		return
 	}
 	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { host.AddGated(h[0], h[1], h[2], rows, width) })
@@ -379,6 +480,10 @@ func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		l.fail("Scale", l.b.kScale(addr(x, n), a, n))
+		return
+	}
 	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Scale(h[0], a, n) })
 }
 
@@ -389,6 +494,10 @@ func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		l.fail("Softcap", l.b.kSoftcap(addr(x, n), cap, n))
+		return
+	}
 	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Softcap(h[0], cap, n) })
 }
 
@@ -397,6 +506,10 @@ func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
+		return l.err
+	}
+	if l.kernels {
+		l.routeKernel(r, logits, T, E, norm)
 		return l.err
 	}
 	l.hostOp("Route", []nn.Tensor{logits}, 0, func(h []nn.Tensor) {
@@ -412,5 +525,101 @@ func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 	if !ok {
 		return
 	}
+	if l.kernels {
+		if T <= 0 || width <= 0 {
+			return
+		}
+		wp, err := l.scratch(4 * int64(T*k))
+		if err == nil {
+			err = l.upload(wp, f32b(wts[:T*k]), false)
+		}
+		if err != nil {
+			l.fail("Combine", err)
+			return
+		}
+		l.fail("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width))
+		return
+	}
 	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { host.Combine(h[0], h[1], wts, T, k, width) })
+}
+
+// scratch returns n bytes of the pass's arena (not zeroed); lock held.
+func (l *Layer) scratch(n int64) (devptr, error) {
+	b, off, err := l.temp.take(l, n)
+	if err != nil {
+		return 0, err
+	}
+	return b.p + uint64(off), nil
+}
+
+// indexList uploads rows as int32 into the pass's arena (through staging,
+// so the caller may reuse rows at once).
+func (l *Layer) indexList(rows []int) (devptr, error) {
+	ix := make([]int32, len(rows))
+	for i, r := range rows {
+		ix[i] = int32(r)
+	}
+	p, err := l.scratch(4 * int64(len(ix)))
+	if err != nil {
+		return 0, err
+	}
+	return p, l.upload(p, i32b(ix), false)
+}
+
+// invFreq returns r's inverse frequencies on the device, uploaded on first
+// use (a graph's RoPE does not change).
+func (l *Layer) invFreq(r *nn.RoPE) (devptr, error) {
+	if p, ok := l.ropes[r]; ok {
+		return p, nil
+	}
+	p, err := l.devAlloc(4*int64(len(r.InvFreq)), "RoPE frequencies")
+	if err != nil {
+		return 0, err
+	}
+	if err := l.upload(p, f32b(r.InvFreq), false); err != nil {
+		l.devFree(p)
+		return 0, err
+	}
+	l.ropes[r] = p
+	return p, nil
+}
+
+// routeKernel runs route_topk and brings the choice back (a wait); a NaN
+// in the logits (sel -1) is an error, never a wrong expert.
+func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) {
+	k := r.K
+	if T <= 0 {
+		return
+	}
+	lp := addr(logits, T*E)
+	sp, err := l.scratch(4 * int64(T*k))
+	if err != nil {
+		l.fail("Route", err)
+		return
+	}
+	wp, err := l.scratch(4 * int64(T*k))
+	if err != nil {
+		l.fail("Route", err)
+		return
+	}
+	if err := l.b.kRouteTopK(sp, wp, lp, T, E, k, norm); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	sel := make([]int32, T*k)
+	if err := l.download(i32b(sel), sp); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	if err := l.download(f32b(r.Wts[:T*k]), wp); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	for i, e := range sel {
+		if e < 0 || int(e) >= E {
+			l.fail("Route", fmt.Errorf("cuda: token %d's router logits hold a NaN (expert %d of %d chosen)", i/k, e, E))
+			return
+		}
+		r.Sel[i] = int(e)
+	}
 }

@@ -161,23 +161,33 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 	}
 }
 
-// On the fake device the gemv "kernels" are the CPU's products, so the
-// layer device must reproduce the CPU backend bit for bit: everything
-// else (tensors, staging, states, the expert cache, Temp reuse) is this
-// package's host logic.
+// On the fake device the kernels are the CPU's arithmetic (fakedev_test.go),
+// so the layer device must reproduce the CPU backend bit for bit, on the
+// kernel path (addresses, extents, index uploads, the KV rows) and on the
+// host path alike: everything else (tensors, staging, states, the expert
+// cache, Temp reuse) is this package's host logic.
 func TestLayerTinyModelsFake(t *testing.T) {
-	var all Stats
-	compareTiny(t, func(t *testing.T) *Backend {
-		b, _ := fakeBackend(t)
-		t.Cleanup(func() {
-			s := b.Stats()
-			all.ExpertHits += s.ExpertHits
-			all.ExpertMisses += s.ExpertMisses
+	for _, kernels := range []bool{true, false} {
+		t.Run(map[bool]string{true: "kernels", false: "host"}[kernels], func(t *testing.T) {
+			var all Stats
+			compareTiny(t, func(t *testing.T) *Backend {
+				b, _ := fakeBackend(t)
+				b.Layer().kernels = kernels
+				t.Cleanup(func() {
+					s := b.Stats()
+					all.ExpertHits += s.ExpertHits
+					all.ExpertMisses += s.ExpertMisses
+					all.HostOps += s.HostOps
+				})
+				return b
+			}, func(string) float64 { return 0 })
+			if all.ExpertMisses == 0 || all.ExpertHits == 0 {
+				t.Errorf("expert cache unused: %+v", all)
+			}
+			if kernels != (all.HostOps == 0) {
+				t.Errorf("kernels %v: %d ops on the host", kernels, all.HostOps)
+			}
 		})
-		return b
-	}, func(string) float64 { return 0 })
-	if all.ExpertMisses == 0 || all.ExpertHits == 0 {
-		t.Errorf("expert cache unused: %+v", all)
 	}
 }
 
@@ -201,6 +211,17 @@ func layerOf(t *testing.T) (*Layer, *fakeDev) {
 	return l, f
 }
 
+// bothPaths runs test on the kernel path and on the host path.
+func bothPaths(t *testing.T, test func(t *testing.T, l *Layer)) {
+	for _, kernels := range []bool{true, false} {
+		t.Run(map[bool]string{true: "kernels", false: "host"}[kernels], func(t *testing.T) {
+			l, _ := layerOf(t)
+			l.kernels = kernels
+			test(t, l)
+		})
+	}
+}
+
 func put(t *testing.T, l *Layer, x []float32) nn.Tensor {
 	t.Helper()
 	d := l.Temp(len(x))
@@ -221,7 +242,10 @@ func get(t *testing.T, l *Layer, x nn.Tensor) []float32 {
 // and windowed (chunks longer than the window included), across growth,
 // Clone, Restore and Reset.
 func TestLayerAttentionStates(t *testing.T) {
-	l, _ := layerOf(t)
+	bothPaths(t, testLayerAttentionStates)
+}
+
+func testLayerAttentionStates(t *testing.T, l *Layer) {
 	r := rand.New(rand.NewPCG(3, 4))
 	d := nn.AttnDims{Heads: 4, KVHeads: 2, HeadDim: 8, QStride: 16, VDim: 6, Scale: 0.3}
 	kw, vw := 2*8, 2*6
@@ -567,7 +591,10 @@ func TestParseBytes(t *testing.T) {
 // strided per-head layout, SigmoidMul over a slice of the same buffer), and
 // GatherRows/ScatterRows/Combine/Route agree with HostDevice.
 func TestLayerHostPathAgainstHostDevice(t *testing.T) {
-	l, _ := layerOf(t)
+	bothPaths(t, testLayerHostPathAgainstHostDevice)
+}
+
+func testLayerHostPathAgainstHostDevice(t *testing.T, l *Layer) {
 	r := rand.New(rand.NewPCG(11, 12))
 	var h nn.HostDevice
 	q := randVec(r, 3*4*16, 1)
