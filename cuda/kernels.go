@@ -5,13 +5,16 @@ import (
 	"io/fs"
 	"sort"
 	"strings"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
 )
 
 //go:embed kernels/*.h kernels/*.cu
 var kernelFS embed.FS
 
 // Source returns the kernel source NVRTC compiles: the CUDA prelude
-// (kernels/00_prelude_cuda.h) followed by every kernels/*.cu in name order.
+// (kernels/00_prelude_cuda.h), the shared bodies of the whole-layer kernels
+// (gpukernels.Bodies), then every CUDA-only kernels/*.cu in name order.
 func Source() string {
 	names, err := fs.Glob(kernelFS, "kernels/*")
 	if err != nil {
@@ -27,12 +30,19 @@ func Source() string {
 		b.WriteString("// ---- " + n + "\n")
 		b.Write(data)
 		b.WriteString("\n")
+		if strings.HasSuffix(n, ".h") {
+			b.WriteString(gpukernels.Bodies())
+		}
 	}
 	return b.String()
 }
 
 // Kernel names the host looks up after compiling Source.
-var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "swiglu"}
+var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "rms_norm", "swiglu",
+	// the whole-layer kernels (internal/gpukernels, launched by layer_kernels.go)
+	"rms_norm_rows", "rope", "attention", "deltanet_conv", "deltanet_qknorm", "deltanet_rec",
+	"scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
+	"gather", "gather_rows", "scatter_rows", "route_topk"}
 
 // Geometry shared with the kernels (kernels/10_common.cu).
 const (

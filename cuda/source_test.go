@@ -13,7 +13,11 @@ import (
 // checks against must be the ones the kernel source asserts.
 func TestParamStructSizes(t *testing.T) {
 	src := Source()
-	for name, size := range map[string]int{"QGemv": sizeQGemv, "RowNorm": sizeRowNorm, "Elem": sizeElem} {
+	for name, size := range map[string]int{"QGemv": sizeQGemv, "RowNorm": sizeRowNorm, "Elem": sizeElem,
+		"NormRows": sizeNormRows, "RoPEParams": sizeRoPE, "AttnParams": sizeAttn, "DNConv": sizeDNConv,
+		"DNNorm": sizeDNNorm, "DNRec": sizeDNRec, "Unary": sizeUnary, "Binary": sizeBinary,
+		"SigmoidMulParams": sizeSigmoidMul, "AddGatedParams": sizeAddGated, "CombineParams": sizeCombine,
+		"GatherParams": sizeGather, "RowsParams": sizeRows, "RouteParams": sizeRoute} {
 		re := regexp.MustCompile(`static_assert\(sizeof\(` + name + `\) == (\d+)|QP_STATIC_ASSERT\(sizeof\(` + name + `\) == (\d+)`)
 		m := re.FindStringSubmatch(src)
 		if m == nil {
@@ -28,14 +32,14 @@ func TestParamStructSizes(t *testing.T) {
 		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
 	}
 	for _, k := range kernelNames {
-		if !strings.Contains(src, "QP_KERNEL "+k+"(") {
+		if !strings.Contains(src, "QP_KERNEL "+k+"(") && !strings.Contains(src, "QP_ENTRY("+k+",") {
 			t.Errorf("kernel %s is not defined in the source", k)
 		}
 	}
 	// The bodies use the prelude's names only: no CUDA built-in outside
 	// the prelude, so a Metal prelude can take them later.
-	body := src[strings.Index(src, "// ---- kernels/10_common.cu"):]
-	for _, cudaOnly := range []string{"threadIdx", "blockIdx", "blockDim", "__syncthreads", "__shfl", "__global__", "__shared__", "asm("} {
+	body := src[strings.Index(src, "// ---- gpukernels/"):]
+	for _, cudaOnly := range []string{"threadIdx", "blockIdx", "blockDim", "__syncthreads", "__shfl", "__global__", "__shared__", "__device__", "asm(", "expf", "sqrtf", "tanhf", "cosf", "sinf", "double"} {
 		if strings.Contains(body, cudaOnly) {
 			t.Errorf("kernel bodies use %s directly; use the prelude's macro", cudaOnly)
 		}

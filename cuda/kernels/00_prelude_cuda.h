@@ -17,9 +17,14 @@
 //     every row start, scales and biases 4-byte aligned.
 
 #define QP_KERNEL extern "C" __global__ void
+// QP_ENTRY(name, Params) opens a kernel of the shared bodies
+// (internal/gpukernels): one parameter struct p, by value; the host always
+// launches QP_TG threads per group.
+#define QP_ENTRY(name, P) extern "C" __global__ void __launch_bounds__(256) name(const P p)
 #define QP_DEVICE __device__ __forceinline__
 #define QP_GLOBAL                      // address space of buffer pointers
 #define QP_SHARED __shared__           // threadgroup memory
+#define QP_SHARED_PTR                  // address space of pointers to threadgroup memory
 #define QP_BARRIER() __syncthreads()   // threadgroup barrier (memory too)
 #define QP_TID ((unsigned)threadIdx.x) // thread index in the group (1-D groups)
 #define QP_LANE (QP_TID & 31u)         // index in the simdgroup / warp
@@ -27,6 +32,11 @@
 #define QP_GROUP_X ((unsigned)blockIdx.x)
 #define QP_GROUP_Y ((unsigned)blockIdx.y)
 #define QP_GLOBAL_X ((unsigned)(blockIdx.x * blockDim.x + threadIdx.x))
+
+// Threads per group (every launch), simdgroup width, simdgroups per group.
+#define QP_TG 256
+#define QP_SIMD 32
+#define QP_SIMDS (QP_TG / QP_SIMD)
 
 typedef unsigned int uint;
 typedef unsigned short ushort;
@@ -46,6 +56,14 @@ QP_DEVICE float qp_simd_sum(float v) {
     return v;
 }
 
+// The maximum over the 32 lanes of a simdgroup, in every lane (butterfly).
+QP_DEVICE float qp_simd_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
 QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
 
 QP_DEVICE float qp_half_to_float(ushort h) {
@@ -59,6 +77,13 @@ QP_DEVICE qp_float4 qp_load_float4(QP_GLOBAL const float* p) { return *(const qp
 
 QP_DEVICE float qp_exp(float x) { return expf(x); }
 QP_DEVICE float qp_rsqrt(float x) { return rsqrtf(x); }
+// The accurate library versions (NVRTC without fast math), not the
+// intrinsics (__expf, __cosf, ...).
+QP_DEVICE float qp_sqrt(float x) { return sqrtf(x); }
+QP_DEVICE float qp_log1p(float x) { return log1pf(x); }
+QP_DEVICE float qp_tanh(float x) { return tanhf(x); }
+QP_DEVICE float qp_cos(float x) { return cosf(x); }
+QP_DEVICE float qp_sin(float x) { return sinf(x); }
 
 #define QP_STATIC_ASSERT(c, m) static_assert(c, m)
 #define QP_UNROLL _Pragma("unroll")

@@ -1,9 +1,6 @@
 // Definitions shared by every kernel body (API-neutral: prelude names only).
 
-// Threads per group of the GEMVs and row reductions: 8 simdgroups of 32.
-#define QP_TG 256
-#define QP_SIMD 32
-#define QP_SIMDS (QP_TG / QP_SIMD)
+// Threads per group (QP_TG, QP_SIMD, QP_SIMDS): in the prelude.
 
 // Storage types of scales, biases and dense matrix elements (mlxq.Float).
 #define QP_F32 0u
