@@ -101,3 +101,13 @@ func cudaStats(b runtime.Backend, res *stepResult) {
 		res.CUDAErr = err.Error()
 	}
 }
+
+// cudaCounters returns the CUDA backend's counters (false for another
+// backend).
+func cudaCounters(b runtime.Backend) (cuda.Stats, bool) {
+	cb, ok := b.(*cuda.Backend)
+	if !ok {
+		return cuda.Stats{}, false
+	}
+	return cb.Stats(), true
+}

@@ -52,6 +52,14 @@ type stepResult struct {
 	MatMulFlops float64 `json:"matmul_flop_per_sec,omitempty"`
 	MatMulNote  string  `json:"matmul_note,omitempty"`
 
+	// The CUDA backend during the measurement, per token: the device
+	// expert cache's hit rate and the bytes it copied in, and the layer
+	// ops computed on the host (no kernel for them yet).
+	DevExpertHitRate       float64 `json:"device_expert_hit_rate"`
+	DevExpertBytesPerToken float64 `json:"device_expert_bytes_per_token"`
+	HostOpsPerToken        float64 `json:"host_ops_per_token"`
+	LaunchesPerToken       float64 `json:"launches_per_token"`
+
 	// The CUDA backend's counters after the step, and its first device
 	// error (calls then fell back to the CPU).
 	CUDAStats any    `json:"cuda_stats,omitempty"`
@@ -144,6 +152,20 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 		res.WarmSeconds = time.Since(t0).Seconds()
 	}
 	s := r.NewSession()
+	c0, _ := cudaCounters(be)
+	defer func() {
+		c1, ok := cudaCounters(be)
+		if !ok || res.Tokens == 0 {
+			return
+		}
+		n := float64(res.Tokens)
+		if lookups := (c1.ExpertHits - c0.ExpertHits) + (c1.ExpertMisses - c0.ExpertMisses); lookups > 0 {
+			res.DevExpertHitRate = float64(c1.ExpertHits-c0.ExpertHits) / float64(lookups)
+		}
+		res.DevExpertBytesPerToken = float64(c1.ExpertBytes-c0.ExpertBytes) / n
+		res.HostOpsPerToken = float64(c1.HostOps-c0.HostOps) / n
+		res.LaunchesPerToken = float64(c1.Launches-c0.Launches) / n
+	}()
 	if step == "prefill" {
 		before := r.Cache.Stats()
 		t0 := time.Now()
@@ -165,6 +187,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 		return err
 	}
 	gen.MaxNew = c.Tokens + 1
+	c0, _ = cudaCounters(be) // the measured tokens only
 	out, err := s.Generate(ctx, nil, gen)
 	if err != nil {
 		return err

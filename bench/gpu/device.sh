@@ -52,8 +52,8 @@ run() {
 }
 for d in $DIMS; do
 	case $d in
-	35b) run 35b-8l 170 -dims 35b -layers 8 -cpu-layers 4 -tokens 32 -prompt 4096 -timeout 100s $EXTRA ;;
-	80b) run 80b-8l 110 -dims 80b -layers 8 -cpu-layers 0 -tokens 32 -prompt 4096 -timeout 80s $EXTRA ;;
+	35b) run 35b-8l 180 -dims 35b -layers 8 -cpu-layers 4 -tokens 32 -prompt 4096 -timeout 100s $EXTRA ;;
+	80b) run 80b-8l 150 -dims 80b -layers 8 -cpu-layers 0 -tokens 32 -prompt 4096 -timeout 90s $EXTRA ;;
 	*) echo "device.sh: unknown dims $d" >&2; status=2 ;;
 	esac
 done

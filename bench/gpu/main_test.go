@@ -12,6 +12,15 @@ import (
 	"time"
 
 	"github.com/qpack-go/qpack/bench/internal/benchpack"
+	"github.com/qpack-go/qpack/cuda"
+)
+
+// The optional methods this command finds at run time are the CUDA
+// backend's, signatures included (a drifted signature would make the
+// command report "none in this build" silently).
+var (
+	_ copyBandwidther   = (*cuda.Backend)(nil)
+	_ expertCacheSetter = (*cuda.Backend)(nil)
 )
 
 // The test binary runs as the command (and its child steps) when this is

@@ -90,6 +90,14 @@ func (rep *report) print(w io.Writer) error {
 	if r := rep.ResidentCUDA.Res; ok(r) {
 		p("  resident: %.2f host-cache requests per token (0: the device cache served every expert), warm-up %.1fs\n", r.RequestsPerToken, r.WarmSeconds)
 	}
+	for _, x := range []struct {
+		label string
+		fg    *figure
+	}{{"streamed", rep.StreamedCUDA}, {"resident", rep.ResidentCUDA}} {
+		if r := x.fg.Res; ok(r) {
+			p("  cuda %s: %s\n", x.label, cudaLine(r))
+		}
+	}
 	for _, fg := range []*figure{rep.StreamedCUDA, rep.ResidentCUDA} {
 		if r := fg.Res; r != nil && strings.HasPrefix(r.DeviceCache, "none in this build") {
 			p("  * %s\n", r.DeviceCache)
@@ -119,6 +127,9 @@ func (rep *report) print(w io.Writer) error {
 			p(" = %.2fx the matmul rate (goal >= %.2fx)", fg.Ratio, fg.Goal)
 		}
 		p("\n")
+		if r.Backend == "cuda" {
+			p("        %s\n", cudaLine(r))
+		}
 	}
 	pre(rep.PrefillCUDA, f.Layers, f)
 	if rep.PrefillCPU != nil {
@@ -140,6 +151,12 @@ func (rep *report) print(w io.Writer) error {
 	}
 	p("  (products: 2 rows cols per token of every quantized dense matrix but the embedding and lm_head, plus the top-k experts' three matrices per sparse layer; lm_head once; over the whole prefill time, attention and DeltaNet included: a lower bound on the products' own rate)\n")
 	return nil
+}
+
+// cudaLine describes what the CUDA backend did per token.
+func cudaLine(r *stepResult) string {
+	return fmt.Sprintf("layered %v; device expert cache hit rate %.1f%%, %s copied in per token; %.1f kernel launches and %.1f layer ops on the host per token",
+		r.Layered, 100*r.DevExpertHitRate, mib(r.DevExpertBytesPerToken), r.LaunchesPerToken, r.HostOpsPerToken)
 }
 
 func orUnknown(s string) string {

@@ -133,12 +133,22 @@ func run(c config, mode expertcache.IOMode) (*report, error) {
 			"-host-cache", fmt.Sprint(c.HostCache), "-device-cache", fmt.Sprint(c.DeviceCache), "-copy-bytes", fmt.Sprint(c.CopyBytes))
 		if err != nil {
 			rep.Failed++
+			fmt.Fprintf(os.Stderr, "bench/gpu: %s on %s: FAILED: %v\n", name, backend, err)
 			return &stepResult{Step: name, Backend: backend, Error: err.Error()}
 		}
 		if res.CUDAErr != "" {
 			// Calls fell back to the CPU: the rate is not the GPU's.
 			rep.Failed++
 			res.Error = "device error, calls computed on the CPU (figure not valid): " + res.CUDAErr
+		}
+		// Progress, so that a run killed from outside leaves its figures.
+		switch {
+		case res.Skipped != "" || res.Error != "":
+			fmt.Fprintf(os.Stderr, "bench/gpu: %s on %s: %s\n", name, backend, status(res))
+		case name == "gpuinfo":
+			fmt.Fprintf(os.Stderr, "bench/gpu: %s: copy bandwidth %.0f GB/s, matmul rate %.3g FLOP/s %s\n", res.Device, res.CopyBps/1e9, res.MatMulFlops, res.MatMulNote)
+		default:
+			fmt.Fprintf(os.Stderr, "bench/gpu: %s on %s: %.2f tok/s (%d tokens, %.1fs), %.0f bytes read per token\n", name, backend, res.TokPerSec, res.Tokens, res.Seconds, res.BytesPerToken)
 		}
 		return res
 	}
