@@ -111,7 +111,8 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	if err != nil {
 		return err
 	}
-	host, dev := int64(float64(all)*c.HostCache/100), int64(float64(all)*c.DeviceCache/100)
+	// At least a byte each: a zero budget means "the default" to both caches.
+	host, dev := max(int64(float64(all)*c.HostCache/100), 1), max(int64(float64(all)*c.DeviceCache/100), 1)
 	resident := step != "decode"
 	if resident {
 		host, dev = all+all/8, all+all/8 // room for every expert, and some slack

@@ -11,7 +11,8 @@
 # prefill), each under `timeout`, and writes to $OUT/bench-gpu/: <name>.txt
 # (the command, date and uptime before and after, the text report),
 # <name>.json (the same as JSON), <name>.stderr.txt, and machine.txt
-# (nvidia-smi, nproc, free, df). About 4 minutes in all; DIMS="35b" runs
+# (nvidia-smi, nproc, free, df). About 4 minutes in all, at most 5.5 (the
+# two timeouts); progress lines in the stderr files survive a kill. DIMS="35b" runs
 # one, EXTRA="-layers 16" adds flags to both.
 set -u
 BIN=${BIN:-.devcarry-benchgpu/gpu}
