@@ -39,6 +39,9 @@ type Backend struct {
 	stats   Stats
 	err     error
 	closed  bool
+
+	layer       *Layer // the whole-layer device (layer.go), made on first use
+	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)
 }
 
 // region is a block of pinned, mapped host memory from Alloc.
@@ -55,6 +58,13 @@ type Stats struct {
 	StagedBytes   int64 // argument bytes copied through staging memory
 	ZeroCopyBytes int64 // weight bytes the GPU read in place from Alloc memory
 	Fallbacks     int64 // calls computed on the CPU after a device error
+
+	// The whole-layer device (Layer).
+	HostOps      int64 // layer ops computed on the host (no kernel for them yet)
+	ExpertHits   int64 // Expert and CachedExpert calls served by the device expert cache
+	ExpertMisses int64 // experts copied into the device expert cache
+	ExpertBytes  int64 // bytes copied into device expert slots
+	ExpertEvicts int64 // slots given to another expert
 }
 
 var (
@@ -131,6 +141,9 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	var errs []error
+	if b.layer != nil {
+		errs = append(errs, b.layer.release())
+	}
 	for _, r := range b.regions {
 		errs = append(errs, b.dev.hostFree(r.mem))
 	}

@@ -3,6 +3,20 @@ package cuda
 // devptr is a CUdeviceptr: an address in the GPU's (unified) address space.
 type devptr = uint64
 
+// event is a CUevent (made with timing disabled).
+type event = uintptr
+
+// stream picks one of the device's two streams.
+type stream int
+
+const (
+	// computeStream runs the kernels; htod, dtoh, dtod, memset and launch
+	// queue on it.
+	computeStream stream = iota
+	// copyStream carries the expert uploads that overlap compute.
+	copyStream
+)
+
 // device is what a Backend needs from a GPU. device_linux.go implements it
 // over the CUDA driver API; elsewhere openDevice returns ErrNoDevice. All
 // methods are called with the Backend's lock held, from any goroutine: the
@@ -31,8 +45,27 @@ type device interface {
 	// launch queues kernel f over grid blocks of block threads, with one
 	// by-value parameter: the struct whose bytes are params.
 	launch(f uintptr, grid, block [3]uint32, params []byte) error
-	// sync waits until everything queued has finished.
+	// htodOn queues a copy from memory from hostAlloc to device memory on
+	// stream s.
+	htodOn(s stream, dst devptr, src []byte) error
+	// memset queues zeroing n bytes (a multiple of 4) at dst on the
+	// compute stream.
+	memset(dst devptr, n int) error
+	// newEvent, record, waitEvent, eventSync and freeEvent are CUDA events:
+	// record marks the point reached by the work queued on s so far,
+	// waitEvent makes the work queued on s afterwards wait for that point
+	// (on the device, the host does not wait), eventSync waits on the host.
+	newEvent() (event, error)
+	record(e event, s stream) error
+	waitEvent(s stream, e event) error
+	eventSync(e event) error
+	freeEvent(e event) error
+	// memInfo returns the device's free and total memory in bytes.
+	memInfo() (free, total int64, err error)
+	// sync waits until everything queued on the compute stream has
+	// finished; syncAll waits for both streams.
 	sync() error
+	syncAll() error
 	// timed runs fn (which queues work) between two events and returns the
 	// GPU time between them in milliseconds.
 	timed(fn func() error) (float32, error)

@@ -23,6 +23,7 @@ var driverSyms = []string{
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime", "cuEventDestroy_v2",
+	"cuMemsetD32Async", "cuStreamWaitEvent", "cuMemGetInfo_v2",
 }
 
 var nvrtcSyms = []string{
@@ -43,6 +44,7 @@ const (
 	memHostAllocPortable  = 1
 	memHostAllocDeviceMap = 2
 	streamNonBlocking     = 1
+	eventDisableTiming    = 2
 	nvrtcInvalidOption    = 5
 )
 
@@ -101,6 +103,7 @@ type gpu struct {
 	dev      int32
 	ctx      uintptr
 	stream   uintptr
+	copier   uintptr // the copy stream
 	module   uintptr
 	label    string
 	major    int
@@ -187,6 +190,12 @@ func openDevice(ordinal int) (device, error) {
 		return nil, err
 	}
 	g.stream = uintptr(g.out[0])
+	if err := g.call("cuStreamCreate", g.outp(0), streamNonBlocking); err != nil {
+		g.call("cuStreamDestroy_v2", g.stream)
+		g.release()
+		return nil, err
+	}
+	g.copier = uintptr(g.out[0])
 	return g, nil
 }
 
@@ -415,6 +424,78 @@ func (g *gpu) sync() error {
 	return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
 }
 
+func (g *gpu) syncAll() error {
+	return g.do(func() error {
+		return errors.Join(g.call("cuStreamSynchronize", g.stream), g.call("cuStreamSynchronize", g.copier))
+	})
+}
+
+func (g *gpu) streamOf(s stream) uintptr {
+	if s == copyStream {
+		return g.copier
+	}
+	return g.stream
+}
+
+func (g *gpu) htodOn(s stream, dst devptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return g.do(func() error {
+		return g.call("cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), g.streamOf(s))
+	})
+}
+
+func (g *gpu) memset(dst devptr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	if n%4 != 0 {
+		return fmt.Errorf("cuda: memset of %d bytes (not a multiple of 4)", n)
+	}
+	return g.do(func() error { return g.call("cuMemsetD32Async", uintptr(dst), 0, uintptr(n/4), g.stream) })
+}
+
+func (g *gpu) newEvent() (event, error) {
+	var e event
+	err := g.do(func() error {
+		if err := g.call("cuEventCreate", g.outp(0), eventDisableTiming); err != nil {
+			return err
+		}
+		e = event(g.out[0])
+		return nil
+	})
+	return e, err
+}
+
+func (g *gpu) record(e event, s stream) error {
+	return g.do(func() error { return g.call("cuEventRecord", e, g.streamOf(s)) })
+}
+
+func (g *gpu) waitEvent(s stream, e event) error {
+	return g.do(func() error { return g.call("cuStreamWaitEvent", g.streamOf(s), e, 0) })
+}
+
+func (g *gpu) eventSync(e event) error {
+	return g.do(func() error { return g.call("cuEventSynchronize", e) })
+}
+
+func (g *gpu) freeEvent(e event) error {
+	return g.do(func() error { return g.call("cuEventDestroy_v2", e) })
+}
+
+func (g *gpu) memInfo() (int64, int64, error) {
+	var free, total int64
+	err := g.do(func() error {
+		if err := g.call("cuMemGetInfo_v2", g.outp(0), g.outp(1)); err != nil {
+			return err
+		}
+		free, total = int64(g.out[0]), int64(g.out[1])
+		return nil
+	})
+	return free, total, err
+}
+
 func (g *gpu) timed(fn func() error) (float32, error) {
 	var ms float32
 	err := g.do(func() error {
@@ -462,6 +543,10 @@ func (g *gpu) close() error {
 		if g.stream != 0 {
 			errs = append(errs, g.call("cuStreamDestroy_v2", g.stream))
 			g.stream = 0
+		}
+		if g.copier != 0 {
+			errs = append(errs, g.call("cuStreamDestroy_v2", g.copier))
+			g.copier = 0
 		}
 		errs = append(errs, g.call("cuDevicePrimaryCtxRelease_v2", uintptr(g.dev)))
 		return errors.Join(errs...)

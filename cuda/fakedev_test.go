@@ -11,6 +11,7 @@ import (
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
 )
 
 // fakeDev is a device in Go memory, so the Backend's host logic (argument
@@ -28,11 +29,96 @@ type fakeDev struct {
 	fail     error
 	launches []string
 	grids    [][3]uint32
+
+	// The layer device's needs: streams and events are synchronous here,
+	// so they are only logged (calls, when log is set); failCall makes a
+	// named method fail; limit caps device memory (0: none).
+	log      bool
+	calls    []string
+	failCall map[string]error
+	limit    int64
+	inUse    int64
+	sizes    map[devptr]int64
+	events   int
+	liveEv   map[event]bool
+	freeMem  int64
+	conv     []byte // the last deltanet_conv's parameters
 }
 
 func newFake(t *testing.T) *fakeDev {
-	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50}
+	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50,
+		failCall: map[string]error{}, sizes: map[devptr]int64{}, liveEv: map[event]bool{}, freeMem: 1 << 30}
 }
+
+// note logs a call and returns the failure set for it.
+func (f *fakeDev) note(call string, args ...any) error {
+	if f.log {
+		f.calls = append(f.calls, fmt.Sprint(append([]any{call}, args...)...))
+	}
+	return f.failCall[call]
+}
+
+func (f *fakeDev) htodOn(s stream, dst devptr, src []byte) error {
+	if err := f.note("htodOn", s); err != nil {
+		return err
+	}
+	copy(f.at(dst, len(src)), src)
+	return nil
+}
+
+func (f *fakeDev) memset(dst devptr, n int) error {
+	if err := f.note("memset"); err != nil {
+		return err
+	}
+	if n%4 != 0 {
+		f.t.Fatalf("memset of %d bytes", n)
+	}
+	clear(f.at(dst, n))
+	return nil
+}
+
+func (f *fakeDev) newEvent() (event, error) {
+	if err := f.note("newEvent"); err != nil {
+		return 0, err
+	}
+	f.events++
+	e := event(f.events)
+	f.liveEv[e] = true
+	return e, nil
+}
+
+func (f *fakeDev) checkEvent(e event) {
+	if !f.liveEv[e] {
+		f.t.Fatalf("event %d is not live", e)
+	}
+}
+
+func (f *fakeDev) record(e event, s stream) error {
+	f.checkEvent(e)
+	return f.note("record", e, s)
+}
+
+func (f *fakeDev) waitEvent(s stream, e event) error {
+	f.checkEvent(e)
+	return f.note("wait", s, e)
+}
+
+func (f *fakeDev) eventSync(e event) error {
+	f.checkEvent(e)
+	return f.note("eventSync", e)
+}
+
+func (f *fakeDev) freeEvent(e event) error {
+	f.checkEvent(e)
+	delete(f.liveEv, e)
+	return nil
+}
+
+func (f *fakeDev) memInfo() (int64, int64, error) {
+	return f.freeMem, 2 * f.freeMem, f.note("memInfo")
+}
+
+func (f *fakeDev) syncAll() error { return f.note("syncAll") }
 
 func (f *fakeDev) name() string                                     { return "fake" }
 func (f *fakeDev) computeCapability() (int, int)                    { return 9, 0 }
@@ -47,6 +133,14 @@ func (f *fakeDev) function(name string) (uintptr, error) {
 }
 
 func (f *fakeDev) memAlloc(n int) (devptr, error) {
+	if err := f.note("memAlloc", n); err != nil {
+		return 0, err
+	}
+	if f.limit > 0 && f.inUse+int64(n) > f.limit {
+		return 0, &Error{Call: "cuMemAlloc_v2", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+	}
+	f.inUse += int64(n)
+	f.sizes[f.next] = int64(n)
 	p := f.next
 	f.dev[p] = make([]byte, n)
 	f.next += devptr(n+4095) &^ 4095
@@ -57,6 +151,8 @@ func (f *fakeDev) memFree(p devptr) error {
 	if _, ok := f.dev[p]; !ok {
 		return fmt.Errorf("memFree of %#x", p)
 	}
+	f.inUse -= f.sizes[p]
+	delete(f.sizes, p)
 	delete(f.dev, p)
 	return nil
 }
@@ -93,17 +189,35 @@ func (f *fakeDev) at(p devptr, n int) []byte {
 	return nil
 }
 
-func (f *fakeDev) htod(dst devptr, src []byte) error { copy(f.at(dst, len(src)), src); return nil }
-func (f *fakeDev) dtoh(dst []byte, src devptr) error { copy(dst, f.at(src, len(dst))); return nil }
+func (f *fakeDev) htod(dst devptr, src []byte) error {
+	if err := f.note("htod"); err != nil {
+		return err
+	}
+	copy(f.at(dst, len(src)), src)
+	return nil
+}
+func (f *fakeDev) dtoh(dst []byte, src devptr) error {
+	if err := f.note("dtoh"); err != nil {
+		return err
+	}
+	copy(dst, f.at(src, len(dst)))
+	return nil
+}
 func (f *fakeDev) dtod(dst, src devptr, n int) error {
+	if err := f.note("dtod"); err != nil {
+		return err
+	}
 	copy(f.at(dst, n), f.at(src, n))
 	return nil
 }
-func (f *fakeDev) sync() error                            { return nil }
+func (f *fakeDev) sync() error                            { return f.note("sync") }
 func (f *fakeDev) timed(fn func() error) (float32, error) { return 0, fn() }
 func (f *fakeDev) close() error {
 	if len(f.dev)+len(f.host) != 0 {
 		return fmt.Errorf("closed with %d device and %d host allocations live", len(f.dev), len(f.host))
+	}
+	if len(f.liveEv) != 0 {
+		return fmt.Errorf("closed with %d events live", len(f.liveEv))
 	}
 	return nil
 }
@@ -154,8 +268,142 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	case "swiglu":
 		n := u32(24)
 		runtime.CPU{}.SwiGLU(f32s(f.at(u64(2), 4*n)), f32s(f.at(u64(0), 4*n)), f32s(f.at(u64(1), 4*n)))
+	default:
+		f.layerKernel(k, grid, p)
 	}
 	return nil
+}
+
+// layerKernel emulates a whole-layer kernel: it decodes the parameter block
+// as layer_kernels.go lays it out (device addresses, then 32-bit fields)
+// and computes with nn.HostDevice's arithmetic (attention: hostAttend), so
+// the Layer's kernel path is checked for the addresses and extents it
+// passes, bit for bit against the CPU. (The kernels' own arithmetic is the
+// GPU tests' and internal/gpukernels' concern.)
+func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
+	nptr := map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
+		"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
+		"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}[k]
+	if nptr == 0 {
+		f.t.Fatalf("the fake has no kernel %s", k)
+	}
+	ptr := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
+	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[8*nptr+4*j:])) }
+	fl := func(j int) float32 { return math.Float32frombits(uint32(u(j))) }
+	// view is n floats at device address a (nil for none).
+	view := func(a devptr, n int) []float32 {
+		if n <= 0 {
+			return nil
+		}
+		return f32s(f.at(a, 4*n))
+	}
+	T := func(a devptr, n int) nn.Tensor { return nn.HostTensor(view(a, n)) }
+	span := func(rows, stride, width int) int {
+		if rows == 0 || width == 0 {
+			return 0
+		}
+		return (rows-1)*stride + width
+	}
+	var h nn.HostDevice
+	switch k {
+	case "rms_norm_rows":
+		rows, width, xs, ys, eps, kind := u(0), u(1), u(2), u(3), fl(4), nn.NormKind(u(5))
+		var w nn.Tensor
+		if kind != nn.NormUnit {
+			w = T(ptr(1), width)
+		}
+		h.RMSNorm(T(ptr(2), span(rows, ys, width)), T(ptr(0), span(rows, xs, width)), w,
+			nn.NormSpec{Rows: rows, Width: width, XStride: xs, YStride: ys, Eps: eps, Kind: kind})
+	case "rope":
+		rows, pairs, half, stride, perPos, pos0, inter := u(0), u(1), u(2), u(3), u(4), u(5), u(6) != 0
+		r := &nn.RoPE{Half: half, InvFreq: view(ptr(1), pairs), Interleaved: inter}
+		hd := 2 * half // HostDevice's row extent
+		if inter {
+			hd = 2 * pairs
+		}
+		h.RoPE(T(ptr(0), span(rows, stride, hd)), r, nn.RoPESpec{Rows: rows, PerPos: perPos, Stride: stride, Pos0: pos0})
+	case "attention":
+		nt, heads, kvh, hd, vd, qs, kw, vw, pos, win, scale := u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), fl(10)
+		if int(grid[0]) != nt*heads {
+			f.t.Fatalf("attention grid %v for %d tokens of %d heads", grid, nt, heads)
+		}
+		rows := pos
+		if win > 0 {
+			rows = min(pos, win)
+		}
+		d := nn.AttnDims{Heads: heads, KVHeads: kvh, HeadDim: hd, QStride: qs, VDim: vd, Scale: scale}
+		hostAttend(view(ptr(0), nt*heads*vd), view(ptr(1), nt*heads*qs), view(ptr(2), nt*kw), view(ptr(3), nt*vw),
+			view(ptr(4), rows*kw), view(ptr(5), rows*vw), pos, nt, win, kw, vw, d)
+	case "deltanet_conv":
+		f.conv = append([]byte(nil), p...) // run with deltanet_rec
+	case "deltanet_qknorm":
+	case "deltanet_rec":
+		cp := func(i int) devptr { return binary.LittleEndian.Uint64(f.conv[8*i:]) }
+		cu := func(j int) int { return int(binary.LittleEndian.Uint32(f.conv[32+4*j:])) }
+		nt, C, nk, nv, dk, dv, eps := u(0), u(1), u(2), u(3), u(4), u(5), fl(6)
+		K := cu(2)
+		if cu(0) != nt || cu(1) != C || cp(3) != ptr(2) {
+			f.t.Fatalf("deltanet_rec does not follow its deltanet_conv")
+		}
+		a := &nn.DeltaNetArgs{T: nt, Nk: nk, Nv: nv, Dk: dk, Dv: dv, K: K, Eps: eps,
+			Y: T(ptr(1), nt*nv*dv), Mixed: T(cp(1), nt*C), Z: T(ptr(3), nt*nv*dv), B: T(ptr(4), nt*nv), A: T(ptr(5), nt*nv),
+			Conv: T(cp(2), C*K), NegA: T(ptr(6), nv), DtBias: T(ptr(7), nv), Norm: T(ptr(8), dv)}
+		nn.DeltaNetHost(view(cp(0), (K-1)*C), view(ptr(0), nv*dk*dv), a)
+	case "scale":
+		h.Scale(T(ptr(0), u(0)), fl(1), u(0))
+	case "softcap":
+		h.Softcap(T(ptr(0), u(0)), fl(1), u(0))
+	case "glu":
+		act := nn.SiLUGate
+		if u(1) == actGELUTanh {
+			act = nn.GELUTanhGate
+		}
+		n := u(0)
+		h.GLU(act, T(ptr(0), n), T(ptr(1), n), T(ptr(2), n), n)
+	case "add":
+		h.Add(T(ptr(0), u(0)), T(ptr(1), u(0)), u(0))
+	case "sigmoid_mul":
+		rows, width, os, gs := u(0), u(1), u(2), u(3)
+		h.SigmoidMul(T(ptr(0), span(rows, os, width)), T(ptr(1), span(rows, gs, width)), rows, width, os, gs)
+	case "add_gated":
+		rows, width := u(0), u(1)
+		h.AddGated(T(ptr(0), rows*width), T(ptr(1), rows*width), T(ptr(2), rows), rows, width)
+	case "combine":
+		nt, kk, width := u(0), u(1), u(2)
+		h.Combine(T(ptr(0), nt*width), T(ptr(1), nt*kk*width), view(ptr(2), nt*kk), nt, kk, width)
+	case "gather":
+		n, rows, stride := u(0), u(1), u(2)
+		ix := make([]int32, n)
+		copy(ix, unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(2), 4*n)[0])), n))
+		top := int32(0)
+		for _, j := range ix {
+			top = max(top, j)
+		}
+		h.Gather(T(ptr(0), rows*n), T(ptr(1), span(rows, stride, int(top)+1)), nn.Index{Host: ix}, rows, stride)
+	case "gather_rows", "scatter_rows":
+		n, width := u(0), u(1)
+		ix := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(2), 4*n)[0])), n)
+		rows := make([]int, n)
+		far := 0
+		for i, r := range ix {
+			rows[i] = int(r)
+			far = max(far, int(r)+1)
+		}
+		if k == "gather_rows" {
+			h.GatherRows(T(ptr(0), n*width), T(ptr(1), far*width), rows, width)
+		} else {
+			h.ScatterRows(T(ptr(0), far*width), T(ptr(1), n*width), rows, width)
+		}
+	case "route_topk":
+		nt, E, kk, norm := u(0), u(1), u(2), u(3) != 0
+		r := nn.NewRouting(nt, kk)
+		nn.RouteSoftmaxTopK(r, append([]float32(nil), view(ptr(0), nt*E)...), nt, E, norm)
+		sel := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(1), 4*nt*kk)[0])), nt*kk)
+		for i, e := range r.Sel {
+			sel[i] = int32(e)
+		}
+		copy(view(ptr(2), nt*kk), r.Wts)
+	}
 }
 
 func fakeBackend(t *testing.T) (*Backend, *fakeDev) {

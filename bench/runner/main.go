@@ -58,11 +58,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
-	"unsafe"
 
+	"github.com/qpack-go/qpack/bench/internal/benchpack"
 	"github.com/qpack-go/qpack/qpack"
 	"github.com/qpack-go/qpack/runtime/expertcache"
 	"github.com/qpack-go/qpack/runtime/runner"
@@ -285,68 +283,6 @@ func spawn(args ...string) (*childResult, error) {
 	return &res, nil
 }
 
-// preadBandwidth reads random whole expert blobs of the container's layer
-// files for about dur with `readers` reads in flight, in the given mode, and
-// returns bytes per second.
-func preadBandwidth(pack string, mode expertcache.IOMode, readers int, dur time.Duration, seed uint64) (float64, error) {
-	c, err := qpack.Open(pack)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	lay := c.Layout
-	stride := lay.ExpertStride
-	files := make([]*os.File, lay.LayerCount)
-	for l := range files {
-		p := c.LayerPath(l)
-		var f *os.File
-		if mode == expertcache.Direct {
-			f = openDirectFile(p)
-		}
-		if f == nil {
-			if f, err = os.Open(p); err != nil {
-				return 0, err
-			}
-		}
-		defer f.Close()
-		files[l] = f
-	}
-	var total int64
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(dur)
-	t0 := time.Now()
-	var firstErr error
-	for w := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := alignedBuf(stride)
-			r := rand.New(rand.NewPCG(seed, uint64(w)))
-			var n int64
-			for time.Now().Before(deadline) {
-				l, e := r.IntN(lay.LayerCount), r.IntN(lay.ExpertCount)
-				got, err := files[l].ReadAt(buf, int64(e)*stride)
-				if err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-				n += int64(got)
-			}
-			mu.Lock()
-			total += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(total) / time.Since(t0).Seconds(), nil
-}
-
 type decodeRow struct {
 	Label         string       `json:"label"`
 	Load          string       `json:"loadavg_after_run"` // 1-minute load average right after the run
@@ -380,7 +316,7 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 		if err := os.MkdirAll(work, 0o755); err != nil {
 			return err
 		}
-		if err := checkRoom(work, benchDimsOf[benchDims].expertBytes(layers)); err != nil {
+		if err := benchpack.CheckRoom(work, benchDimsOf[benchDims].expertBytes(layers)); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -403,8 +339,10 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 		mode, ioName = expertcache.Buffered, "buffered"
 	}
 	readers := expertcache.DefaultReaders
-	loadBefore := loadAvg()
-	bw := func(seed uint64) (float64, error) { return preadBandwidth(pack, mode, readers, 3*time.Second, seed) }
+	loadBefore := benchpack.LoadAvg()
+	bw := func(seed uint64) (float64, error) {
+		return benchpack.PreadBandwidth(pack, mode, readers, 3*time.Second, seed)
+	}
 	base := []string{"-model", pack, "-io", ioName, "-tokens", fmt.Sprint(tokens), "-prompt", fmt.Sprint(prompt)}
 
 	// Every figure is the best of `rounds` runs, the configurations
@@ -413,9 +351,9 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 	var warm *childResult
 	// The compute-only run holds every expert in memory: skipped where that
 	// would take more than half of what is available.
-	doWarm := all <= memAvailable()/2
+	doWarm := all <= benchpack.MemAvailable()/2
 	if !doWarm {
-		fmt.Fprintf(os.Stderr, "skipping the compute-only run: %d MiB of experts, %d MiB of memory available\n", all>>20, memAvailable()>>20)
+		fmt.Fprintf(os.Stderr, "skipping the compute-only run: %d MiB of experts, %d MiB of memory available\n", all>>20, benchpack.MemAvailable()>>20)
 	}
 	// Each budget runs without speculation and with the default (the
 	// model's top-k guessed before each layer's mixer), back to back, the
@@ -448,7 +386,7 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 				if err != nil {
 					return err
 				}
-				load := loadAvg()
+				load := benchpack.LoadAvg()
 				if bws[j+1], err = bw(uint64(100*round + 10*i + j + 1)); err != nil {
 					return err
 				}
@@ -517,7 +455,7 @@ func run(layers, vocab, tokens, prompt, rounds int, fracs []float64, ioName stri
 	}
 	median := medianOf(speedups)
 
-	loadAfter := loadAvg()
+	loadAfter := benchpack.LoadAvg()
 	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -599,112 +537,19 @@ var benchDimsOf = map[string]struct {
 	expertBytes func(layers int) int64
 	tokenizer   string // the tiny model whose tokenizer.json goes along
 }{
-	"35b":      {"Qwen3.5/3.6-35B-A3B", qwenWriter(synthetic.Real), qwenExperts(synthetic.Real), "qwen3_5_moe-q4g32"},
-	"397b":     {"Qwen3.5-397B-A17B", qwenWriter(synthetic.Qwen397B), qwenExperts(synthetic.Qwen397B), "qwen3_5_moe-q4g32"},
-	"gemma26b": {"Gemma 4 26B-A4B", writeGemma, gemmaExperts, "gemma4-q4g32"},
-}
-
-// uniqueExperts is how many experts per layer are drawn (the others repeat
-// their bytes, each written out).
-const uniqueExperts = 32
-
-func qwenWriter(dims func(layers, vocab int) synthetic.Dims) func(string, int, int) error {
-	return func(pack string, layers, vocab int) error {
-		d := dims(layers, vocab)
-		d.Unique = uniqueExperts
-		return synthetic.StreamContainer(pack, d, 1)
-	}
-}
-
-func writeGemma(pack string, layers, vocab int) error {
-	d := synthetic.Gemma26B(layers, vocab)
-	d.Unique = uniqueExperts
-	return synthetic.StreamGemmaContainer(pack, d, 1)
-}
-
-// blobBytes is one MLX-quantized expert: gate and up [inter, hidden], down
-// [hidden, inter], with BF16 scales and biases per group.
-func blobBytes(hidden, inter, bits, group int) int64 {
-	mat := func(rows, cols int) int64 { return int64(rows) * int64(cols*bits/8+2*2*(cols/group)) }
-	return 2*mat(inter, hidden) + mat(hidden, inter)
-}
-
-func qwenExperts(dims func(layers, vocab int) synthetic.Dims) func(int) int64 {
-	return func(layers int) int64 {
-		d := dims(layers, 1)
-		return int64(layers) * int64(d.Experts) * blobBytes(d.Hidden, d.MoEInter, d.Bits, d.Group)
-	}
-}
-
-func gemmaExperts(layers int) int64 {
-	d := synthetic.Gemma26B(layers, 1)
-	return int64(layers) * int64(d.Experts) * blobBytes(d.Hidden, d.MoEInter, d.Bits, d.Group)
+	"35b":      {"Qwen3.5/3.6-35B-A3B", benchpack.QwenWriter(synthetic.Real), benchpack.QwenExperts(synthetic.Real), "qwen3_5_moe-q4g32"},
+	"397b":     {"Qwen3.5-397B-A17B", benchpack.QwenWriter(synthetic.Qwen397B), benchpack.QwenExperts(synthetic.Qwen397B), "qwen3_5_moe-q4g32"},
+	"gemma26b": {"Gemma 4 26B-A4B", benchpack.WriteGemma, benchpack.GemmaExperts, "gemma4-q4g32"},
 }
 
 // writeModel generates the synthetic model and writes it as a container
 // with a tokenizer (the tiny models'; the benchmark feeds token ids).
 func writeModel(pack string, layers, vocab int) error {
 	b := benchDimsOf[benchDims]
-	if err := b.write(pack, layers, vocab); err != nil {
-		return err
-	}
-	tok, err := findTokenizer(b.tokenizer)
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(tok)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(pack, "tokenizer.json"), data, 0o644)
-}
-
-// findTokenizer finds testdata/tiny/<model>/tokenizer.json from the working
-// directory upwards.
-func findTokenizer(model string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, "testdata", "tiny", model, "tokenizer.json")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("testdata/tiny/%s/tokenizer.json not found above the working directory: run from the repository", model)
-		}
-		dir = parent
-	}
+	return benchpack.WriteModel(b.write, b.tokenizer, pack, layers, vocab)
 }
 
 func sampleParams() sample.Params { return sample.Params{Temperature: 1, Seed: 42} }
-
-func openDirectFile(path string) *os.File { return expertcache.OpenDirect(path) }
-
-// alignedBuf returns n bytes starting at an expertcache.Align boundary.
-func alignedBuf(n int64) []byte {
-	b := make([]byte, n+expertcache.Align)
-	off := int64(uintptr(unsafe.Pointer(&b[0])) % expertcache.Align)
-	if off != 0 {
-		off = expertcache.Align - off
-	}
-	return b[off : off+n]
-}
-
-// loadAvg returns the 1-minute load average ("?" where unknown).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil || len(b) == 0 {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
-}
 
 func medianOf(v []float64) float64 {
 	if len(v) == 0 {
@@ -737,37 +582,4 @@ func parseFracs(s string) ([]float64, error) {
 		out = append(out, v/100)
 	}
 	return out, nil
-}
-
-// checkRoom refuses to write expertBytes (plus a tenth and 1 GiB for the
-// dense weights and the file system) where dir's file system has less free.
-func checkRoom(dir string, expertBytes int64) error {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("free space of %s: %w", dir, err)
-	}
-	free := int64(st.Bavail) * int64(st.Bsize)
-	need := expertBytes + expertBytes/10 + 1<<30
-	if free < need {
-		return fmt.Errorf("%s: %d MiB free, the container needs about %d MiB (-dir elsewhere, or fewer -layers)", dir, free>>20, need>>20)
-	}
-	return nil
-}
-
-// memAvailable returns /proc/meminfo's MemAvailable in bytes (0 where unknown).
-func memAvailable() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "MemAvailable:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }

@@ -1,0 +1,184 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// Layer is the Backend's whole-layer device (nn.Device): tensors live in
+// device memory (activations in a per-pass arena, states and constants in
+// allocations of their own), dense weights are uploaded once (Resident),
+// routed experts are copied into a device expert cache on a second stream,
+// and ops are queued on the backend's compute stream in call order. MatMul
+// runs the gemv kernels on device addresses; an op without a kernel (see
+// layer_ops.go) waits for the stream, computes on host copies with
+// nn.HostDevice's arithmetic and uploads its outputs, so results are those
+// of the reference either way.
+//
+// Errors follow the nn.Device contract: the first device error is kept,
+// every later op is skipped, and Read, Route, Flush and EndPass return it
+// (EndPass clears it). A Layer shares its Backend's lock, so it may be used
+// beside the per-op Backend methods.
+type Layer struct {
+	b   *Backend
+	err error // the first device error since the last EndPass
+
+	stage    []byte // pinned staging memory for uploads and downloads
+	stageOff int    // bytes of stage queued since the last wait
+	temp     arena  // the per-pass Temp arena
+	owned    map[devptr]int64
+	experts  expertCache
+	frees    *freeList // allocations of collected states (layer_state.go)
+	ropes    map[*nn.RoPE]devptr
+	kernels  bool // ops run the layer kernels (else the host path)
+	closed   bool
+	released bool
+}
+
+var _ nn.Device = (*Layer)(nil)
+var _ nn.Layered = (*Backend)(nil)
+
+// LayerDevice implements nn.Layered: the backend's Layer, made on the first
+// call (the same one every time).
+func (b *Backend) LayerDevice() nn.Device {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.layerLocked()
+}
+
+// Layer returns the backend's whole-layer device (LayerDevice, typed).
+func (b *Backend) Layer() *Layer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.layerLocked()
+}
+
+func (b *Backend) layerLocked() *Layer {
+	if b.layer == nil {
+		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true}
+		b.layer.experts.init()
+		if b.closed {
+			b.layer.closed = true
+		}
+	}
+	return b.layer
+}
+
+// SetExpertCacheBytes sets the byte budget of the device expert cache
+// (layer_expert.go): 0 restores the default (QPACK_CUDA_EXPERT_CACHE, else
+// a fraction of the device memory free at first use); a negative value
+// keeps no expert beyond the pass that used it. A smaller budget takes
+// effect at the next EndPass.
+func (b *Backend) SetExpertCacheBytes(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expertBytes = n
+	if b.layer != nil {
+		b.layer.experts.budget = -1 // decided again at the next use
+	}
+}
+
+// Name implements nn.Device.
+func (l *Layer) Name() string { return "cuda layers on " + l.b.dev.name() }
+
+// lock takes the backend's lock; it reports false (with the error kept)
+// when the Layer can no longer be used or an error is pending, in which
+// case the caller skips its work but must still unlock.
+func (l *Layer) lock() bool {
+	l.b.mu.Lock()
+	if l.closed || l.b.closed {
+		l.closed = true
+		l.fail("", errClosed)
+	}
+	return l.err == nil
+}
+
+func (l *Layer) unlock() { l.b.mu.Unlock() }
+
+var errClosed = errors.New("cuda: the backend is closed")
+
+// fail keeps the first error (op names what was being done).
+func (l *Layer) fail(op string, err error) {
+	if err == nil || l.err != nil {
+		return
+	}
+	if op != "" {
+		err = fmt.Errorf("cuda layer %s: %w", op, err)
+	}
+	l.err = err
+	if !errors.Is(err, errClosed) {
+		slog.Error("cuda: device error in a layer op (the forward pass returns it)", "err", err)
+	}
+}
+
+// EndPass implements nn.Device: it waits for both streams, releases the
+// Temps (the arena is kept, grown to the pass's peak when it had to add
+// chunks), frees what collected states left, and returns the first error
+// since the last EndPass, clearing it.
+func (l *Layer) EndPass() error {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.closed || l.b.closed {
+		return errClosed
+	}
+	if err := l.b.dev.syncAll(); err != nil {
+		l.fail("EndPass", err)
+	}
+	l.stageOff = 0
+	if err := l.temp.reset(l); err != nil {
+		l.fail("EndPass", err)
+	}
+	l.experts.endPass(l)
+	l.drainFrees()
+	err := l.err
+	l.err = nil
+	return err
+}
+
+// Flush implements nn.Device: the work is queued on the stream as it is
+// called, so there is nothing to submit; it returns the pending error.
+func (l *Layer) Flush() error {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	if l.closed || l.b.closed {
+		return errClosed
+	}
+	l.experts.flush()
+	return l.err
+}
+
+// wait waits for the compute stream (staging is free again afterwards).
+func (l *Layer) wait(op string) bool {
+	if err := l.b.dev.sync(); err != nil {
+		l.fail(op, err)
+		return false
+	}
+	l.stageOff = 0
+	return true
+}
+
+// release frees everything the Layer holds (Backend.Close, lock held).
+func (l *Layer) release() error {
+	if l.released {
+		return nil
+	}
+	l.released, l.closed = true, true
+	var errs []error
+	errs = append(errs, l.b.dev.syncAll())
+	errs = append(errs, l.experts.release(l))
+	errs = append(errs, l.temp.release(l))
+	l.drainFrees()
+	for p := range l.owned {
+		errs = append(errs, l.b.dev.memFree(p))
+	}
+	l.owned = map[devptr]int64{}
+	l.ropes = map[*nn.RoPE]devptr{}
+	if l.stage != nil {
+		errs = append(errs, l.b.dev.hostFree(l.stage))
+		l.stage = nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,348 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// devBuf is a Layer tensor's storage: n floats of device memory at p. A
+// dead buffer (p 0) stands for an allocation that failed; the error is
+// pending, so no op touches it.
+type devBuf struct {
+	p devptr
+	n int
+}
+
+// Len implements nn.Buffer.
+func (b *devBuf) Len() int { return b.n }
+
+// buf returns t's device buffer, panicking for another device's tensor.
+func buf(t nn.Tensor) *devBuf {
+	b, ok := t.Buf.(*devBuf)
+	if !ok {
+		panic(fmt.Sprintf("cuda: a %T tensor used with the cuda layer device", t.Buf))
+	}
+	return b
+}
+
+// addr is the device address of t's first float, after checking that t
+// has at least n floats inside its buffer (a programming error otherwise).
+func addr(t nn.Tensor, n int) devptr {
+	b := buf(t)
+	if n > t.N || t.Off < 0 || t.Off+t.N > b.n {
+		panic(fmt.Sprintf("cuda: %d floats needed of a tensor of %d (at %d of a buffer of %d)", n, t.N, t.Off, b.n))
+	}
+	return b.p + 4*uint64(t.Off)
+}
+
+// devAlloc allocates device memory the Layer owns (freed by Close at the
+// latest); what names it in the error.
+func (l *Layer) devAlloc(bytes int64, what string) (devptr, error) {
+	if bytes <= 0 {
+		bytes = 4
+	}
+	p, err := l.b.dev.memAlloc(int(bytes))
+	if err != nil {
+		return 0, fmt.Errorf("cuda: out of device memory? allocating %d bytes for %s: %w", bytes, what, err)
+	}
+	l.owned[p] = bytes
+	return p, nil
+}
+
+func (l *Layer) devFree(p devptr) error {
+	if _, ok := l.owned[p]; !ok {
+		return fmt.Errorf("cuda: freeing device memory %#x the layer does not own", p)
+	}
+	delete(l.owned, p)
+	return l.b.dev.memFree(p)
+}
+
+// Alloc implements nn.Device: zeroed device memory of its own.
+func (l *Layer) Alloc(n int) (nn.Tensor, error) {
+	if n < 0 {
+		return nn.Tensor{}, fmt.Errorf("cuda: Alloc(%d)", n)
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if l.closed {
+		return nn.Tensor{}, errClosed
+	}
+	_ = ok // an op error pending does not stop an allocation
+	p, err := l.devAlloc(4*int64(n), fmt.Sprintf("Alloc(%d floats)", n))
+	if err != nil {
+		return nn.Tensor{}, err
+	}
+	if err := l.b.dev.memset(p, 4*n); err != nil {
+		l.devFree(p)
+		return nn.Tensor{}, fmt.Errorf("cuda: zeroing Alloc(%d): %w", n, err)
+	}
+	return nn.Tensor{Buf: &devBuf{p: p, n: n}, N: n}, nil
+}
+
+// Free implements nn.Device (a tensor from Alloc, as returned).
+func (l *Layer) Free(t nn.Tensor) {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	b, ok := t.Buf.(*devBuf)
+	if !ok || l.released || b.p == 0 {
+		return
+	}
+	if _, mine := l.owned[b.p]; !mine || t.Off != 0 {
+		panic("cuda: Free of a tensor that is not an Alloc result")
+	}
+	// Queued work may still use it: wait first.
+	if err := l.b.dev.sync(); err != nil {
+		l.fail("Free", err)
+	}
+	if err := l.devFree(b.p); err != nil {
+		l.fail("Free", err)
+	}
+	b.p = 0
+}
+
+// Temp implements nn.Device: zeroed floats of the pass's arena.
+func (l *Layer) Temp(n int) nn.Tensor {
+	if n < 0 {
+		panic(fmt.Sprintf("cuda: Temp(%d)", n))
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return nn.Tensor{Buf: &devBuf{n: n}, N: n}
+	}
+	b, off, err := l.temp.take(l, 4*int64(n))
+	if err != nil {
+		l.fail(fmt.Sprintf("Temp(%d)", n), err)
+		return nn.Tensor{Buf: &devBuf{n: n}, N: n}
+	}
+	t := nn.Tensor{Buf: b, Off: int(off / 4), N: n}
+	if err := l.b.dev.memset(b.p+uint64(off), 4*n); err != nil {
+		l.fail("Temp", err)
+	}
+	return t
+}
+
+// arena is the Temp memory: chunks of device memory handed out by bumping
+// an offset, all released at EndPass. A pass that needs more than the
+// chunks hold adds one; at EndPass the chunks are replaced by one of their
+// total size, so later passes of the same shape reuse one allocation.
+type arena struct {
+	chunks []*devBuf // n counts floats
+	cur    int       // chunk being filled
+	off    int64     // bytes used of chunks[cur]
+	grows  int       // chunks added (a test counter)
+}
+
+const (
+	arenaAlign = 256     // bytes: every Temp starts on this boundary
+	arenaMin   = 4 << 20 // bytes of the first chunk
+)
+
+// take returns a chunk and a byte offset in it for n bytes.
+func (a *arena) take(l *Layer, n int64) (*devBuf, int64, error) {
+	n = (max(n, 1) + arenaAlign - 1) &^ (arenaAlign - 1)
+	for a.cur < len(a.chunks) {
+		c := a.chunks[a.cur]
+		if a.off+n <= 4*int64(c.n) {
+			off := a.off
+			a.off += n
+			return c, off, nil
+		}
+		a.cur++
+		a.off = 0
+	}
+	size := int64(arenaMin)
+	if k := len(a.chunks); k > 0 {
+		size = max(size, 8*int64(a.chunks[k-1].n))
+	}
+	size = max(size, n)
+	p, err := l.devAlloc(size, "the Temp arena")
+	if err != nil {
+		return nil, 0, err
+	}
+	c := &devBuf{p: p, n: int(size / 4)}
+	a.chunks = append(a.chunks, c)
+	a.grows++
+	a.cur, a.off = len(a.chunks)-1, n
+	return c, 0, nil
+}
+
+// reset releases the pass's Temps (the streams are idle).
+func (a *arena) reset(l *Layer) error {
+	defer func() { a.cur, a.off = 0, 0 }()
+	if len(a.chunks) <= 1 {
+		return nil
+	}
+	var total int64
+	var errs []error
+	for _, c := range a.chunks {
+		total += 4 * int64(c.n)
+		errs = append(errs, l.devFree(c.p))
+	}
+	a.chunks = nil
+	p, err := l.devAlloc(total, "the Temp arena")
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		a.chunks = []*devBuf{{p: p, n: int(total / 4)}}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *arena) release(l *Layer) error {
+	var errs []error
+	for _, c := range a.chunks {
+		errs = append(errs, l.devFree(c.p))
+	}
+	a.chunks, a.cur, a.off = nil, 0, 0
+	return errors.Join(errs...)
+}
+
+// Staging: pinned host memory that uploads and downloads pass through.
+// Space queued for copies stays taken until the next wait of the compute
+// stream (wait, EndPass); when it runs out, staging waits itself.
+
+const stageMin = 4 << 20
+
+// staged returns n bytes of staging memory free for a new copy on the
+// compute stream.
+func (l *Layer) staged(n int) ([]byte, error) {
+	n = max(n, 1)
+	a := (n + stageAlign - 1) &^ (stageAlign - 1)
+	if l.stageOff+a > len(l.stage) && l.stageOff > 0 {
+		if err := l.b.dev.sync(); err != nil {
+			return nil, err
+		}
+		l.stageOff = 0
+	}
+	if a > len(l.stage) {
+		size := max(a, 2*len(l.stage), stageMin)
+		if l.stage != nil {
+			if err := l.b.dev.hostFree(l.stage); err != nil {
+				return nil, err
+			}
+			l.stage = nil
+		}
+		h, _, err := l.b.dev.hostAlloc(size)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: allocating %d bytes of pinned staging memory: %w", size, err)
+		}
+		l.stage = h
+	}
+	h := l.stage[l.stageOff : l.stageOff+n : l.stageOff+n]
+	l.stageOff += a
+	return h, nil
+}
+
+// stageLimit is the largest single staged copy; longer uploads go in
+// pieces.
+const stageLimit = 64 << 20
+
+// upload queues a copy of src to dst on the compute stream: directly when
+// direct and src lies in pinned memory from Backend.Alloc (the caller keeps
+// it unchanged until the stream has run it: weights), else through staging
+// (src may be reused at once).
+func (l *Layer) upload(dst devptr, src []byte, direct bool) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if _, ok := l.b.lookup(src); ok && direct {
+		return l.b.dev.htod(dst, src)
+	}
+	for len(src) > 0 {
+		n := min(len(src), stageLimit)
+		h, err := l.staged(n)
+		if err != nil {
+			return err
+		}
+		copy(h, src[:n])
+		if err := l.b.dev.htod(dst, h); err != nil {
+			return err
+		}
+		l.b.stats.StagedBytes += int64(n)
+		dst += uint64(n)
+		src = src[n:]
+	}
+	return nil
+}
+
+// download copies n bytes at src into dst, waiting for the stream.
+func (l *Layer) download(dst []byte, src devptr) error {
+	for len(dst) > 0 {
+		n := min(len(dst), stageLimit)
+		h, err := l.staged(n)
+		if err != nil {
+			return err
+		}
+		if err := l.b.dev.dtoh(h, src); err != nil {
+			return err
+		}
+		if err := l.b.dev.sync(); err != nil {
+			return err
+		}
+		l.stageOff = 0
+		copy(dst[:n], h)
+		l.b.stats.StagedBytes += int64(n)
+		dst = dst[n:]
+		src += uint64(n)
+	}
+	return nil
+}
+
+func i32b(x []int32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func f32b(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+// Write implements nn.Device.
+func (l *Layer) Write(dst nn.Tensor, src []float32) {
+	ok := l.lock()
+	defer l.unlock()
+	p := addr(dst, len(src))
+	if !ok {
+		return
+	}
+	if err := l.upload(p, f32b(src), false); err != nil {
+		l.fail("Write", err)
+	}
+}
+
+// Read implements nn.Device.
+func (l *Layer) Read(dst []float32, src nn.Tensor) error {
+	ok := l.lock()
+	defer l.unlock()
+	n := min(len(dst), src.N)
+	p := addr(src, n)
+	if !ok {
+		return l.err
+	}
+	if err := l.download(f32b(dst[:n]), p); err != nil {
+		l.fail("Read", err)
+	}
+	return l.err
+}
+
+// Copy implements nn.Device.
+func (l *Layer) Copy(dst, src nn.Tensor) {
+	ok := l.lock()
+	defer l.unlock()
+	d, s := addr(dst, src.N), addr(src, src.N)
+	if !ok || src.N == 0 {
+		return
+	}
+	if err := l.b.dev.dtod(d, s, 4*src.N); err != nil {
+		l.fail("Copy", err)
+	}
+}

@@ -1,0 +1,625 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// The Layer's ops. With the layer kernels (Layer.kernels, set for every
+// backend compiled from Source) each op queues its kernel (the launchers of
+// layer_kernels.go) on device addresses; host slices an op takes (rows,
+// weights) are uploaded into the pass's arena through staging first. The
+// host path (kernels off: the fake device's tests, or an op the kernels
+// refuse nothing of today) waits for the stream, downloads the tensors the
+// op touches, runs nn.HostDevice's op (for attention, the same arithmetic
+// over the device cache's layout) on the copies and uploads its outputs:
+// exact (the reference's bits) and slow.
+
+// host is the reference the host path computes with: CPU arithmetic, so the
+// results are nn.HostDevice's over the CPU backend bit for bit.
+var host = nn.HostDevice{}
+
+// hostOp runs fn over host copies of ts and uploads ts[:nout] afterwards.
+// Each buffer's span covering its tensors is downloaded once, so views that
+// share storage on the device share it on the host too. Lock held, no
+// error pending.
+func (l *Layer) hostOp(op string, ts []nn.Tensor, nout int, fn func(h []nn.Tensor)) {
+	type span struct {
+		lo, hi int
+		host   []float32
+	}
+	spans := map[*devBuf]*span{}
+	for _, t := range ts {
+		if t.Buf == nil {
+			continue
+		}
+		addr(t, t.N)
+		b := buf(t)
+		if sp, ok := spans[b]; ok {
+			sp.lo, sp.hi = min(sp.lo, t.Off), max(sp.hi, t.Off+t.N)
+		} else {
+			spans[b] = &span{lo: t.Off, hi: t.Off + t.N}
+		}
+	}
+	if !l.wait(op) {
+		return
+	}
+	for b, sp := range spans {
+		sp.host = make([]float32, sp.hi-sp.lo)
+		if err := l.download(f32b(sp.host), b.p+4*uint64(sp.lo)); err != nil {
+			l.fail(op, err)
+			return
+		}
+	}
+	h := make([]nn.Tensor, len(ts))
+	for i, t := range ts {
+		if t.Buf == nil {
+			continue
+		}
+		sp := spans[buf(t)]
+		h[i] = nn.HostTensor(sp.host[t.Off-sp.lo : t.Off-sp.lo+t.N])
+	}
+	fn(h)
+	for i, t := range ts[:nout] {
+		if t.Buf == nil || t.N == 0 {
+			continue
+		}
+		if err := l.upload(addr(t, t.N), f32b(nn.F32(h[i])), false); err != nil {
+			l.fail(op, err)
+			return
+		}
+	}
+	l.b.stats.HostOps++
+}
+
+// MatMul implements nn.Device on the gemv kernels. A Mat that is not
+// resident (no device copy: a weight a Binding could not upload) is copied
+// into the pass's arena first.
+func (l *Layer) MatMul(w nn.Mat, y, x nn.Tensor, n int) {
+	if n <= 0 {
+		return
+	}
+	ok := l.lock()
+	defer l.unlock()
+	m := w.W
+	yp, xp := addr(y, n*m.Rows), addr(x, n*m.Cols)
+	if !ok {
+		return
+	}
+	d, isDev := w.Dev.(*devMat)
+	if !isDev {
+		if err := checkMatrix(m); err != nil {
+			panic("cuda: MatMul: " + err.Error())
+		}
+		b, off, err := l.temp.take(l, matBytes(m))
+		if err != nil {
+			l.fail("MatMul", err)
+			return
+		}
+		if d, err = l.placeMat(m, b.p+uint64(off), false); err != nil {
+			l.fail("MatMul", err)
+			return
+		}
+	}
+	if xp%16 != 0 { // the 4- and 8-bit kernels load x in 16-byte pieces
+		b, off, err := l.temp.take(l, 4*int64(n*m.Cols))
+		if err != nil {
+			l.fail("MatMul", err)
+			return
+		}
+		if err := l.b.dev.dtod(b.p+uint64(off), xp, 4*n*m.Cols); err != nil {
+			l.fail("MatMul", err)
+			return
+		}
+		xp = b.p + uint64(off)
+	}
+	if err := l.matMul(d, m, yp, xp, n); err != nil {
+		l.fail("MatMul", err)
+	}
+}
+
+// matMul queues y = W·x for n rows of x, choosing the kernel by n: the
+// gemv kernels for every n today (one pass over the weights per vector).
+// A batched kernel (gemm, on the tensor cores) goes here for n above its
+// break-even, keeping gemv for decode.
+func (l *Layer) matMul(d *devMat, m mlxq.Matrix, yp, xp devptr, n int) error {
+	return l.b.gemv(d.kernel, d.w, d.s, d.b, xp, yp, m, n)
+}
+
+// RMSNorm implements nn.Device (host path).
+func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		xs, ys := s.XStride, s.YStride
+		if xs == 0 {
+			xs = s.Width
+		}
+		if ys == 0 {
+			ys = s.Width
+		}
+		xp, yp := addr(x, int(span(s.Rows, xs, s.Width))), addr(y, int(span(s.Rows, ys, s.Width)))
+		var wp devptr
+		if s.Kind != nn.NormUnit {
+			wp = addr(w, s.Width)
+		}
+		l.fail("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s))
+		return
+	}
+	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { host.RMSNorm(h[0], h[1], h[2], s) })
+}
+
+// RoPE implements nn.Device (host path).
+func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		hd := r.Half + len(r.InvFreq)
+		if r.Interleaved {
+			hd = 2 * len(r.InvFreq)
+		}
+		xp := addr(x, int(span(s.Rows, s.Stride, hd)))
+		f, err := l.invFreq(r)
+		if err != nil {
+			l.fail("RoPE", err)
+			return
+		}
+		l.fail("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s))
+		return
+	}
+	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.RoPE(h[0], r, s) })
+}
+
+func vdim(d nn.AttnDims) int {
+	if d.VDim > 0 {
+		return d.VDim
+	}
+	return d.HeadDim
+}
+
+// Attention implements nn.Device: the cache makes room (a full cache grows
+// by reallocation), the attention runs (host path: the cache's rows
+// downloaded), and then the chunk's keys and values are copied into their
+// rows on the device.
+func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.AttnDims) {
+	kv := l.kvOf(kvs)
+	ok := l.lock()
+	defer l.unlock()
+	defer func() { kv.n += T }()
+	if T <= 0 {
+		return
+	}
+	vd := vdim(d)
+	op := addr(O, T*d.Heads*vd)
+	qp := addr(Q, (T-1)*d.Heads*d.QStride+(d.Heads-1)*d.QStride+d.HeadDim)
+	kp, vp := addr(K, T*kv.kw), addr(V, T*kv.vw)
+	if !ok {
+		return
+	}
+	if err := kv.reserve(kv.n + T); err != nil {
+		l.fail("Attention", err)
+		return
+	}
+	if l.kernels {
+		l.fail("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d))
+	} else {
+		l.attendHost(kv, O, Q, K, V, T, d)
+	}
+	if l.err != nil {
+		return
+	}
+	if err := kv.store(kp, vp, T); err != nil {
+		l.fail("Attention", err)
+	}
+}
+
+// attendHost is the host path of Attention: nn.KVCache's arithmetic over
+// the device cache's rows (position j at row j, or j % W on a ring).
+func (l *Layer) attendHost(kv *kvState, O, Q, K, V nn.Tensor, T int, d nn.AttnDims) {
+	if !l.wait("Attention") {
+		return
+	}
+	used := kv.used()
+	kc, vc := make([]float32, used*kv.kw), make([]float32, used*kv.vw)
+	if err := l.download(f32b(kc), kv.k); err != nil {
+		l.fail("Attention", err)
+		return
+	}
+	if err := l.download(f32b(vc), kv.v); err != nil {
+		l.fail("Attention", err)
+		return
+	}
+	pos, W := kv.n, kv.window
+	l.hostOp("Attention", []nn.Tensor{O, Q, K, V}, 1, func(h []nn.Tensor) {
+		hostAttend(nn.F32(h[0]), nn.F32(h[1]), nn.F32(h[2]), nn.F32(h[3]), kc, vc, pos, T, W, kv.kw, kv.vw, d)
+	})
+}
+
+// hostAttend is KVCache.Attend's arithmetic (same operations in the same
+// order) with the cache's rows in kc, vc (full: row j; ring of W: row j %
+// W) for positions below pos and the chunk's in K, V; O accumulates (it
+// is zero on entry, as a Temp).
+func hostAttend(O, Q, K, V, kc, vc []float32, pos, T, W, kw, vw int, d nn.AttnDims) {
+	Nh, hd, vd := d.Heads, d.HeadDim, vdim(d)
+	qw := Nh * d.QStride
+	group := Nh / d.KVHeads
+	row := func(j int) ([]float32, []float32) {
+		if j >= pos {
+			i := j - pos
+			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
+		}
+		if W > 0 {
+			j %= W
+		}
+		return kc[j*kw : (j+1)*kw], vc[j*vw : (j+1)*vw]
+	}
+	scores := make([]float32, pos+T)
+	for t := range T {
+		p := pos + t
+		lo := 0
+		if W > 0 {
+			lo = max(0, p-W+1)
+		}
+		n := p - lo + 1
+		for h := range Nh {
+			g := h / group
+			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
+			s := scores[:n]
+			for j := range n {
+				k, _ := row(lo + j)
+				s[j] = nn.Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
+			}
+			nn.Softmax(s)
+			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
+			for j, pr := range s {
+				_, v := row(lo + j)
+				nn.Axpy(o, pr, v[g*vd:(g+1)*vd])
+			}
+		}
+	}
+}
+
+// DeltaNet implements nn.Device (host path).
+func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
+	ts := l.tensorsOf(st)
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		C, T := a.ConvDim(), a.T
+		if T <= 0 {
+			return
+		}
+		scratch, err := l.scratch(4 * int64(T*C))
+		if err != nil {
+			l.fail("DeltaNet", err)
+			return
+		}
+		p := &deltaNetPtrs{T: T, Nk: a.Nk, Nv: a.Nv, Dk: a.Dk, Dv: a.Dv, K: a.K, Eps: a.Eps,
+			Window: addr(ts.t[0], (a.K-1)*C), State: addr(ts.t[1], a.Nv*a.Dk*a.Dv), Scratch: scratch,
+			Y: addr(a.Y, T*a.Nv*a.Dv), Mixed: addr(a.Mixed, T*C), Z: addr(a.Z, T*a.Nv*a.Dv),
+			B: addr(a.B, T*a.Nv), A: addr(a.A, T*a.Nv), Conv: addr(a.Conv, C*a.K),
+			NegA: addr(a.NegA, a.Nv), DtBias: addr(a.DtBias, a.Nv), Norm: addr(a.Norm, a.Dv)}
+		l.fail("DeltaNet", l.b.kDeltaNet(p))
+		return
+	}
+	args := []nn.Tensor{a.Y, ts.t[0], ts.t[1], a.Mixed, a.Z, a.B, a.A, a.Conv, a.NegA, a.DtBias, a.Norm}
+	l.hostOp("DeltaNet", args, 3, func(h []nn.Tensor) {
+		c := *a
+		c.Y, c.Mixed, c.Z, c.B, c.A, c.Conv, c.NegA, c.DtBias, c.Norm = h[0], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10]
+		nn.DeltaNetHost(nn.F32(h[1]), nn.F32(h[2]), &c)
+	})
+}
+
+// Gather implements nn.Device (host path, over Index.Host).
+func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if ip, isDev := ix.Dev.(devptr); l.kernels && isDev {
+		n, top := len(ix.Host), int32(-1)
+		for _, j := range ix.Host {
+			if j < 0 || int(j) >= srcStride {
+				panic(fmt.Sprintf("cuda: Gather: index %d outside a row of %d", j, srcStride))
+			}
+			top = max(top, j)
+		}
+		l.fail("Gather", l.b.kGather(addr(dst, rows*n), addr(src, int(span(rows, srcStride, int(top)+1))), ip, n, rows, srcStride))
+		return
+	}
+	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { host.Gather(h[0], h[1], ix, rows, srcStride) })
+}
+
+// GatherRows implements nn.Device: one device copy per run of consecutive
+// rows.
+func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
+	ok := l.lock()
+	defer l.unlock()
+	dp := addr(dst, len(rows)*width)
+	sp := addr(src, 0)
+	for _, r := range rows {
+		if r < 0 || (r+1)*width > src.N {
+			panic(fmt.Sprintf("cuda: GatherRows: row %d of a tensor of %d floats (width %d)", r, src.N, width))
+		}
+	}
+	if !ok {
+		return
+	}
+	if l.kernels {
+		ip, err := l.indexList(rows)
+		if err != nil {
+			l.fail("GatherRows", err)
+			return
+		}
+		l.fail("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width))
+		return
+	}
+	l.copyRuns("GatherRows", rows, func(i, r, run int) error {
+		return l.b.dev.dtod(dp+4*uint64(i*width), sp+4*uint64(r*width), 4*run*width)
+	})
+}
+
+// ScatterRows implements nn.Device: one device copy per run of consecutive
+// rows.
+func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
+	ok := l.lock()
+	defer l.unlock()
+	sp := addr(src, len(rows)*width)
+	dp := addr(dst, 0)
+	for _, r := range rows {
+		if r < 0 || (r+1)*width > dst.N {
+			panic(fmt.Sprintf("cuda: ScatterRows: row %d of a tensor of %d floats (width %d)", r, dst.N, width))
+		}
+	}
+	if !ok {
+		return
+	}
+	if l.kernels {
+		ip, err := l.indexList(rows)
+		if err != nil {
+			l.fail("ScatterRows", err)
+			return
+		}
+		l.fail("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width))
+		return
+	}
+	l.copyRuns("ScatterRows", rows, func(i, r, run int) error {
+		return l.b.dev.dtod(dp+4*uint64(r*width), sp+4*uint64(i*width), 4*run*width)
+	})
+}
+
+// copyRuns calls cp(i, rows[i], run) for each run of rows[i..i+run] that
+// are consecutive (rows[i]+1 == rows[i+1], ...).
+func (l *Layer) copyRuns(op string, rows []int, cp func(i, r, run int) error) {
+	for i := 0; i < len(rows); {
+		run := 1
+		for i+run < len(rows) && rows[i+run] == rows[i]+run {
+			run++
+		}
+		if err := cp(i, rows[i], run); err != nil {
+			l.fail(op, err)
+			return
+		}
+		i += run
+	}
+}
+
+// GLU implements nn.Device (host path).
+func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n))
+		return
+	}
+	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { host.GLU(act, h[0], h[1], h[2], n) })
+}
+
+// SigmoidMul implements nn.Device (host path).
+func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("SigmoidMul", l.b.kSigmoidMul(addr(o, int(span(rows, oStride, width))), addr(g, int(span(rows, gStride, width))),
+			rows, width, oStride, gStride))
+		return
+	}
+	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { host.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
+}
+
+// Add implements nn.Device (host path).
+func (l *Layer) Add(x, y nn.Tensor, n int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("Add", l.b.kAdd(addr(x, n), addr(y, n), n))
+		return
+	}
+	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { host.Add(h[0], h[1], n) })
+}
+
+// AddGated implements nn.Device (host path).
+func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width))
+		return
+	}
+	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { host.AddGated(h[0], h[1], h[2], rows, width) })
+}
+
+// Scale implements nn.Device (host path).
+func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("Scale", l.b.kScale(addr(x, n), a, n))
+		return
+	}
+	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Scale(h[0], a, n) })
+}
+
+// Softcap implements nn.Device (host path).
+func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		l.fail("Softcap", l.b.kSoftcap(addr(x, n), cap, n))
+		return
+	}
+	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Softcap(h[0], cap, n) })
+}
+
+// Route implements nn.Device (host path): a wait.
+func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return l.err
+	}
+	if l.kernels {
+		l.routeKernel(r, logits, T, E, norm)
+		return l.err
+	}
+	l.hostOp("Route", []nn.Tensor{logits}, 0, func(h []nn.Tensor) {
+		nn.RouteSoftmaxTopK(r, nn.F32(h[0])[:T*E], T, E, norm)
+	})
+	return l.err
+}
+
+// Combine implements nn.Device (host path).
+func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return
+	}
+	if l.kernels {
+		if T <= 0 || width <= 0 {
+			return
+		}
+		wp, err := l.scratch(4 * int64(T*k))
+		if err == nil {
+			err = l.upload(wp, f32b(wts[:T*k]), false)
+		}
+		if err != nil {
+			l.fail("Combine", err)
+			return
+		}
+		l.fail("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width))
+		return
+	}
+	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { host.Combine(h[0], h[1], wts, T, k, width) })
+}
+
+// scratch returns n bytes of the pass's arena (not zeroed); lock held.
+func (l *Layer) scratch(n int64) (devptr, error) {
+	b, off, err := l.temp.take(l, n)
+	if err != nil {
+		return 0, err
+	}
+	return b.p + uint64(off), nil
+}
+
+// indexList uploads rows as int32 into the pass's arena (through staging,
+// so the caller may reuse rows at once).
+func (l *Layer) indexList(rows []int) (devptr, error) {
+	ix := make([]int32, len(rows))
+	for i, r := range rows {
+		ix[i] = int32(r)
+	}
+	p, err := l.scratch(4 * int64(len(ix)))
+	if err != nil {
+		return 0, err
+	}
+	return p, l.upload(p, i32b(ix), false)
+}
+
+// invFreq returns r's inverse frequencies on the device, uploaded on first
+// use (a graph's RoPE does not change).
+func (l *Layer) invFreq(r *nn.RoPE) (devptr, error) {
+	if p, ok := l.ropes[r]; ok {
+		return p, nil
+	}
+	p, err := l.devAlloc(4*int64(len(r.InvFreq)), "RoPE frequencies")
+	if err != nil {
+		return 0, err
+	}
+	if err := l.upload(p, f32b(r.InvFreq), false); err != nil {
+		l.devFree(p)
+		return 0, err
+	}
+	l.ropes[r] = p
+	return p, nil
+}
+
+// routeKernel runs route_topk and brings the choice back (a wait); a NaN
+// in the logits (sel -1) is an error, never a wrong expert.
+func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) {
+	k := r.K
+	if T <= 0 {
+		return
+	}
+	lp := addr(logits, T*E)
+	sp, err := l.scratch(4 * int64(T*k))
+	if err != nil {
+		l.fail("Route", err)
+		return
+	}
+	wp, err := l.scratch(4 * int64(T*k))
+	if err != nil {
+		l.fail("Route", err)
+		return
+	}
+	if err := l.b.kRouteTopK(sp, wp, lp, T, E, k, norm); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	sel := make([]int32, T*k)
+	if err := l.download(i32b(sel), sp); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	if err := l.download(f32b(r.Wts[:T*k]), wp); err != nil {
+		l.fail("Route", err)
+		return
+	}
+	for i, e := range sel {
+		if e < 0 || int(e) >= E {
+			l.fail("Route", fmt.Errorf("cuda: token %d's router logits hold a NaN (expert %d of %d chosen)", i/k, e, E))
+			return
+		}
+		r.Sel[i] = int(e)
+	}
+}
