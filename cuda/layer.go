@@ -33,9 +33,11 @@ type Layer struct {
 	experts  expertCache
 	frees    *freeList // allocations of collected states (layer_state.go)
 	ropes    map[*nn.RoPE]devptr
-	kernels  bool // ops run the layer kernels (else the host path)
-	closed   bool
-	released bool
+	// fromRegion: device copies of weights per Alloc region they came from
+	fromRegion map[*region][]devptr
+	kernels    bool // ops run the layer kernels (else the host path)
+	closed     bool
+	released   bool
 }
 
 var _ nn.Device = (*Layer)(nil)
@@ -58,7 +60,8 @@ func (b *Backend) Layer() *Layer {
 
 func (b *Backend) layerLocked() *Layer {
 	if b.layer == nil {
-		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true}
+		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true,
+			fromRegion: map[*region][]devptr{}}
 		b.layer.experts.init()
 		if b.closed {
 			b.layer.closed = true
@@ -176,6 +179,7 @@ func (l *Layer) release() error {
 	}
 	l.owned = map[devptr]int64{}
 	l.ropes = map[*nn.RoPE]devptr{}
+	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {
 		errs = append(errs, l.b.dev.hostFree(l.stage))
 		l.stage = nil
