@@ -155,6 +155,9 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 			check("after Restore", got, want)
 			worst = max(worst, maxDiff(got, want))
 			s := b.Stats()
+			if b.Layer().kernels && s.HostOps != 0 || s.Fallbacks != 0 {
+				t.Errorf("%d layer ops on the host path, %d CPU fallbacks", s.HostOps, s.Fallbacks)
+			}
 			t.Logf("%s: logits max abs difference %.3g (bound %.3g), hidden states %.3g; host ops %d, launches %d, experts %d hits %d misses, %d bytes copied",
 				name, worst, bound, hiddenDiff, s.HostOps, s.Launches, s.ExpertHits, s.ExpertMisses, s.ExpertBytes)
 		})
