@@ -401,6 +401,11 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		sel := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(1), 4*nt*kk)[0])), nt*kk)
 		for i, e := range r.Sel {
 			sel[i] = int32(e)
+			for _, v := range view(ptr(0), nt*E)[i/kk*E : (i/kk+1)*E] {
+				if v != v { // the kernel's contract: a NaN token gets -1
+					sel[i] = -1
+				}
+			}
 		}
 		copy(view(ptr(2), nt*kk), r.Wts)
 	}

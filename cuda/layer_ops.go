@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -148,8 +150,9 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 		if s.Kind != nn.NormUnit {
 			wp = addr(w, s.Width)
 		}
-		l.fail("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s))
-		return
+		if l.kernel("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s)) {
+			return
+		}
 	}
 	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { host.RMSNorm(h[0], h[1], h[2], s) })
 }
@@ -172,8 +175,9 @@ func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 			l.fail("RoPE", err)
 			return
 		}
-		l.fail("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s))
-		return
+		if l.kernel("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s)) {
+			return
+		}
 	}
 	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.RoPE(h[0], r, s) })
 }
@@ -208,9 +212,7 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	if l.kernels {
-		l.fail("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d))
-	} else {
+	if !l.kernels || !l.kernel("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d)) {
 		l.attendHost(kv, O, Q, K, V, T, d)
 	}
 	if l.err != nil {
@@ -310,8 +312,9 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 			Y: addr(a.Y, T*a.Nv*a.Dv), Mixed: addr(a.Mixed, T*C), Z: addr(a.Z, T*a.Nv*a.Dv),
 			B: addr(a.B, T*a.Nv), A: addr(a.A, T*a.Nv), Conv: addr(a.Conv, C*a.K),
 			NegA: addr(a.NegA, a.Nv), DtBias: addr(a.DtBias, a.Nv), Norm: addr(a.Norm, a.Dv)}
-		l.fail("DeltaNet", l.b.kDeltaNet(p))
-		return
+		if l.kernel("DeltaNet", l.b.kDeltaNet(p)) {
+			return
+		}
 	}
 	args := []nn.Tensor{a.Y, ts.t[0], ts.t[1], a.Mixed, a.Z, a.B, a.A, a.Conv, a.NegA, a.DtBias, a.Norm}
 	l.hostOp("DeltaNet", args, 3, func(h []nn.Tensor) {
@@ -363,8 +366,9 @@ func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 			l.fail("GatherRows", err)
 			return
 		}
-		l.fail("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width))
-		return
+		if l.kernel("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width)) {
+			return
+		}
 	}
 	l.copyRuns("GatherRows", rows, func(i, r, run int) error {
 		return l.b.dev.dtod(dp+4*uint64(i*width), sp+4*uint64(r*width), 4*run*width)
@@ -392,8 +396,9 @@ func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
 			l.fail("ScatterRows", err)
 			return
 		}
-		l.fail("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width))
-		return
+		if l.kernel("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width)) {
+			return
+		}
 	}
 	l.copyRuns("ScatterRows", rows, func(i, r, run int) error {
 		return l.b.dev.dtod(dp+4*uint64(r*width), sp+4*uint64(i*width), 4*run*width)
@@ -424,8 +429,9 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n))
-		return
+		if l.kernel("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n)) {
+			return
+		}
 	}
 	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { host.GLU(act, h[0], h[1], h[2], n) })
 }
@@ -453,8 +459,9 @@ func (l *Layer) Add(x, y nn.Tensor, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Add", l.b.kAdd(addr(x, n), addr(y, n), n))
-		return
+		if l.kernel("Add", l.b.kAdd(addr(x, n), addr(y, n), n)) {
+			return
+		}
 	}
 	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { host.Add(h[0], h[1], n) })
 }
@@ -467,8 +474,9 @@ func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 		return
 	}
 	if l.kernels {
-		l.fail("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width))
-		return
+		if l.kernel("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width)) {
+			return
+		}
 	}
 	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { host.AddGated(h[0], h[1], h[2], rows, width) })
 }
@@ -481,8 +489,9 @@ func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Scale", l.b.kScale(addr(x, n), a, n))
-		return
+		if l.kernel("Scale", l.b.kScale(addr(x, n), a, n)) {
+			return
+		}
 	}
 	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Scale(h[0], a, n) })
 }
@@ -495,8 +504,9 @@ func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Softcap", l.b.kSoftcap(addr(x, n), cap, n))
-		return
+		if l.kernel("Softcap", l.b.kSoftcap(addr(x, n), cap, n)) {
+			return
+		}
 	}
 	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Softcap(h[0], cap, n) })
 }
@@ -508,8 +518,7 @@ func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error
 	if !ok {
 		return l.err
 	}
-	if l.kernels {
-		l.routeKernel(r, logits, T, E, norm)
+	if l.kernels && l.routeKernel(r, logits, T, E, norm) {
 		return l.err
 	}
 	l.hostOp("Route", []nn.Tensor{logits}, 0, func(h []nn.Tensor) {
@@ -537,8 +546,9 @@ func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 			l.fail("Combine", err)
 			return
 		}
-		l.fail("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width))
-		return
+		if l.kernel("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width)) {
+			return
+		}
 	}
 	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { host.Combine(h[0], h[1], wts, T, k, width) })
 }
@@ -585,41 +595,65 @@ func (l *Layer) invFreq(r *nn.RoPE) (devptr, error) {
 }
 
 // routeKernel runs route_topk and brings the choice back (a wait); a NaN
-// in the logits (sel -1) is an error, never a wrong expert.
-func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) {
+// in the logits (sel -1) is an error, never a wrong expert. It reports
+// false when the kernel refuses the shape (the host path routes).
+func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) bool {
 	k := r.K
 	if T <= 0 {
-		return
+		return true
 	}
 	lp := addr(logits, T*E)
 	sp, err := l.scratch(4 * int64(T*k))
 	if err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	wp, err := l.scratch(4 * int64(T*k))
 	if err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
-	if err := l.b.kRouteTopK(sp, wp, lp, T, E, k, norm); err != nil {
-		l.fail("Route", err)
-		return
+	if !l.kernel("Route", l.b.kRouteTopK(sp, wp, lp, T, E, k, norm)) {
+		return false
+	}
+	if l.err != nil {
+		return true
 	}
 	sel := make([]int32, T*k)
 	if err := l.download(i32b(sel), sp); err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	if err := l.download(f32b(r.Wts[:T*k]), wp); err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	for i, e := range sel {
 		if e < 0 || int(e) >= E {
 			l.fail("Route", fmt.Errorf("cuda: token %d's router logits hold a NaN (expert %d of %d chosen)", i/k, e, E))
-			return
+			return true
 		}
 		r.Sel[i] = int(e)
 	}
+	return true
+}
+
+// kernel takes a launcher's result: nil, or a device error (kept: the op is
+// done either way), or the launcher refusing the shape before it queued
+// anything (a head dim, a count past the kernel's limits): false, and the
+// caller runs the op on the host path instead.
+func (l *Layer) kernel(op string, err error) bool {
+	if err == nil {
+		return true
+	}
+	var dev *Error
+	if errors.As(err, &dev) {
+		l.fail(op, err)
+		return true
+	}
+	if !l.refused[op] {
+		l.refused[op] = true
+		slog.Warn("cuda: a layer kernel refused a shape; the op runs on the host (slow)", "op", op, "why", err)
+	}
+	return false
 }

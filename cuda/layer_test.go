@@ -656,3 +656,34 @@ func testLayerHostPathAgainstHostDevice(t *testing.T, l *Layer) {
 		t.Fatal(err)
 	}
 }
+
+// A shape a kernel refuses (more experts than route_topk takes) runs on the
+// host path; a NaN router logit is an error, not an expert.
+func TestLayerKernelRefusalAndNaN(t *testing.T) {
+	l, _ := layerOf(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	E := routeMaxE + 3
+	logits := randVec(r, 2*E, 3)
+	want, got := nn.NewRouting(2, 4), nn.NewRouting(2, 4)
+	nn.RouteSoftmaxTopK(want, append([]float32(nil), logits...), 2, E, true)
+	before := l.b.Stats().HostOps
+	if err := l.Route(got, put(t, l, logits), 2, E, true); err != nil {
+		t.Fatal(err)
+	}
+	if l.b.Stats().HostOps != before+1 {
+		t.Fatal("the refused Route did not run on the host path")
+	}
+	for i := range want.Sel {
+		if got.Sel[i] != want.Sel[i] || got.Wts[i] != want.Wts[i] {
+			t.Fatalf("Route on the host path: %v, want %v", got.Sel, want.Sel)
+		}
+	}
+	logits = randVec(r, 2*10, 1)
+	logits[13] = float32(math.NaN())
+	if err := l.Route(nn.NewRouting(2, 2), put(t, l, logits), 2, 10, true); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("Route over a NaN: %v", err)
+	}
+	if err := l.EndPass(); err == nil {
+		t.Fatal("EndPass lost the NaN error")
+	}
+}
