@@ -100,12 +100,16 @@ func exact(t *testing.T, what string, got, want []float32) {
 	}
 }
 
-// put returns a Temp holding x.
+// put returns a view holding x, at an offset inside a larger Temp (so
+// every op sees tensors with Off > 0).
 func put(dev nn.Device, x []float32) nn.Tensor {
-	d := dev.Temp(len(x))
+	d := view(dev, len(x))
 	dev.Write(d, x)
 	return d
 }
+
+// view returns n zeroed floats at offset 3 of a Temp of n+7.
+func view(dev nn.Device, n int) nn.Tensor { return dev.Temp(n+7).Slice(3, 3+n) }
 
 // get reads a tensor back.
 func get(t *testing.T, dev nn.Device, x nn.Tensor) []float32 {

@@ -33,6 +33,14 @@
 //		devicetest.Models(t, myBackend) // default bounds
 //	}
 //
+// A graph-side test runs a model on the strict device through
+// NewStrictBackend (a runtime.Backend implementing nn.Layered), as
+// runtime's device_conformance_test.go does: every tiny model there is
+// bit-identical to the host device. The suite's own tests show it can
+// fail: one-bug mutants of the host device each fail the Ops subtest that
+// covers them, and a device that reads an expert's bytes after Release
+// fails Models' one-slot expert cache check.
+//
 // Models finds testdata/tiny by walking up from the test's working
 // directory to the module root, and skips (saying why) when it is absent.
 // Tolerances' zero fields take the defaults, so a backend loosens only the

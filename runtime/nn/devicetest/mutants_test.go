@@ -190,3 +190,34 @@ func (d rowsOff) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	d.HostDevice.GatherRows(dst, src, rows, width-1) // the last column dropped
 }
 
+// Models catches a device that breaks the expert rule: with the one-slot
+// expert cache, the slot holds the next expert's bytes by the time the
+// lazy device runs its queue.
+func TestModelsCatchLazyExperts(t *testing.T) {
+	if os.Getenv("DEVICETEST_MUTANT") != "" {
+		t.Skip("in a mutant's child process")
+	}
+	if _, err := TinyDir(); err != nil {
+		t.Skip(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestModelsMutantChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "DEVICETEST_MUTANT=lazy-expert")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("Models passed on a device that reads expert bytes after Release:\n%s", tail(out))
+	}
+	if want := "one-slot expert cache against every expert resident: step"; !strings.Contains(string(out), want) {
+		t.Fatalf("Models did not fail where the expert rule is checked:\n%s", tail(out))
+	}
+	// Only there: the checkpoint, with every expert resident, is right.
+	if strings.Contains(string(out), "prompt logits against CPU: element") {
+		t.Fatalf("the lazy device failed before the one-slot cache:\n%s", tail(out))
+	}
+}
+
+func TestModelsMutantChild(t *testing.T) {
+	if os.Getenv("DEVICETEST_MUTANT") != "lazy-expert" {
+		t.Skip("only in TestModelsCatchLazyExperts' child process")
+	}
+	Models(t, &StrictBackend{Backend: nn.CPU{}, Dev: &Strict{lazyExperts: true}})
+}

@@ -107,7 +107,7 @@ func attnChunk(t *testing.T, dev nn.Device, r *rand.Rand, kv nn.KVState, h *kvRe
 	q := randF32(r, T*d.Heads*d.QStride, 1.5)
 	k := randF32(r, T*kw, 1.5)
 	v := randF32(r, T*vw, 1)
-	O := dev.Temp(T * d.Heads * vd)
+	O := view(dev, T*d.Heads*vd)
 	dev.Attention(kv, O, put(dev, q), put(dev, k), put(dev, v), T, d)
 	got := get(t, dev, O)
 	want := h.attend(q, k, v, T, d)

@@ -133,7 +133,7 @@ func (in dnInputs) rows(s *dnShape, t0, t1 int) dnInputs {
 // dnRun queues one chunk on the device and returns Y.
 func dnRun(t *testing.T, dev nn.Device, s *dnShape, w dnWeights, st nn.TensorState, in dnInputs, T int) []float32 {
 	t.Helper()
-	Y := dev.Temp(T * s.Nv * s.Dv)
+	Y := view(dev, T*s.Nv*s.Dv)
 	dev.DeltaNet(st, &nn.DeltaNetArgs{T: T, Nk: s.Nk, Nv: s.Nv, Dk: s.Dk, Dv: s.Dv, K: s.K, Eps: s.eps,
 		Y: Y, Mixed: put(dev, in.mixed), Z: put(dev, in.z), B: put(dev, in.b), A: put(dev, in.a),
 		Conv: w.conv, NegA: w.negA, DtBias: w.dtBias, Norm: w.norm})

@@ -41,7 +41,7 @@ func (e *expertFixture) ref(x []float32, n int) (y, mag []float64) {
 // queue queues the expert's GLU over x's n rows with mats into a new Temp.
 func queueExpert(dev nn.Device, mats nn.ExpertMats, x nn.Tensor, n int) nn.Tensor {
 	I, H := mats.Gate.W.Rows, mats.Down.W.Rows
-	g, u, y := dev.Temp(n*I), dev.Temp(n*I), dev.Temp(n*H)
+	g, u, y := view(dev, n*I), view(dev, n*I), view(dev, n*H)
 	dev.MatMul(mats.Gate, g, x, n)
 	dev.MatMul(mats.Up, u, x, n)
 	dev.GLU(nn.SiLUGate, g, g, u, n*I)
