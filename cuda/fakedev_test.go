@@ -274,6 +274,12 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	return nil
 }
 
+// layerKernelPtrs is the number of device addresses each whole-layer
+// kernel's parameter block starts with.
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
+	"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
+	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}
+
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
 // as layer_kernels.go lays it out (device addresses, then 32-bit fields)
 // and computes with nn.HostDevice's arithmetic (attention: hostAttend), so
@@ -281,9 +287,7 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 // passes, bit for bit against the CPU. (The kernels' own arithmetic is the
 // GPU tests' and internal/gpukernels' concern.)
 func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
-	nptr := map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
-		"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
-		"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}[k]
+	nptr := layerKernelPtrs[k]
 	if nptr == 0 {
 		f.t.Fatalf("the fake has no kernel %s", k)
 	}

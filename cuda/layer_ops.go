@@ -19,9 +19,9 @@ import (
 // over the device cache's layout) on the copies and uploads its outputs:
 // exact (the reference's bits) and slow.
 
-// host is the reference the host path computes with: CPU arithmetic, so the
+// hostRef is the reference the host path computes with: CPU arithmetic, so the
 // results are nn.HostDevice's over the CPU backend bit for bit.
-var host = nn.HostDevice{}
+var hostRef = nn.HostDevice{}
 
 // hostOp runs fn over host copies of ts and uploads ts[:nout] afterwards.
 // Each buffer's span covering its tensors is downloaded once, so views that
@@ -154,7 +154,7 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 			return
 		}
 	}
-	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { host.RMSNorm(h[0], h[1], h[2], s) })
+	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { hostRef.RMSNorm(h[0], h[1], h[2], s) })
 }
 
 // RoPE implements nn.Device (host path).
@@ -179,7 +179,7 @@ func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 			return
 		}
 	}
-	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.RoPE(h[0], r, s) })
+	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.RoPE(h[0], r, s) })
 }
 
 func vdim(d nn.AttnDims) int {
@@ -342,7 +342,7 @@ func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 		l.fail("Gather", l.b.kGather(addr(dst, rows*n), addr(src, int(span(rows, srcStride, int(top)+1))), ip, n, rows, srcStride))
 		return
 	}
-	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { host.Gather(h[0], h[1], ix, rows, srcStride) })
+	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { hostRef.Gather(h[0], h[1], ix, rows, srcStride) })
 }
 
 // GatherRows implements nn.Device: one device copy per run of consecutive
@@ -433,7 +433,7 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 			return
 		}
 	}
-	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { host.GLU(act, h[0], h[1], h[2], n) })
+	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { hostRef.GLU(act, h[0], h[1], h[2], n) })
 }
 
 // SigmoidMul implements nn.Device (host path).
@@ -448,7 +448,7 @@ func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 			rows, width, oStride, gStride))
 		return
 	}
-	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { host.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
+	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { hostRef.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
 }
 
 // Add implements nn.Device (host path).
@@ -463,7 +463,7 @@ func (l *Layer) Add(x, y nn.Tensor, n int) {
 			return
 		}
 	}
-	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { host.Add(h[0], h[1], n) })
+	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { hostRef.Add(h[0], h[1], n) })
 }
 
 // AddGated implements nn.Device (host path).
@@ -478,7 +478,7 @@ func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 			return
 		}
 	}
-	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { host.AddGated(h[0], h[1], h[2], rows, width) })
+	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { hostRef.AddGated(h[0], h[1], h[2], rows, width) })
 }
 
 // Scale implements nn.Device (host path).
@@ -493,7 +493,7 @@ func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 			return
 		}
 	}
-	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Scale(h[0], a, n) })
+	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Scale(h[0], a, n) })
 }
 
 // Softcap implements nn.Device (host path).
@@ -508,7 +508,7 @@ func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 			return
 		}
 	}
-	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Softcap(h[0], cap, n) })
+	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Softcap(h[0], cap, n) })
 }
 
 // Route implements nn.Device (host path): a wait.
@@ -550,7 +550,7 @@ func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 			return
 		}
 	}
-	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { host.Combine(h[0], h[1], wts, T, k, width) })
+	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { hostRef.Combine(h[0], h[1], wts, T, k, width) })
 }
 
 // scratch returns n bytes of the pass's arena (not zeroed); lock held.
