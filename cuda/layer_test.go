@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,8 +64,11 @@ func maxDiff(a, b []float32) float64 {
 // tokens must agree everywhere.
 // Each model gets its own backend (a backend's expert cache holds one
 // model's experts).
-func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name string) float64) {
+func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name string) float64, only ...string) {
 	for _, name := range tinyModels(t) {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			b := open(t)
 			dir := filepath.Join(tinyDir, name)
