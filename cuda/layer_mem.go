@@ -46,7 +46,7 @@ func (l *Layer) devAlloc(bytes int64, what string) (devptr, error) {
 	}
 	p, err := l.b.dev.memAlloc(int(bytes))
 	if err != nil {
-		return 0, fmt.Errorf("cuda: out of device memory? allocating %d bytes for %s: %w", bytes, what, err)
+		return 0, fmt.Errorf("cuda: allocating %d bytes of device memory for %s: %w", bytes, what, err)
 	}
 	l.owned[p] = bytes
 	return p, nil

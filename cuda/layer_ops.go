@@ -130,7 +130,7 @@ func (l *Layer) matMul(d *devMat, m mlxq.Matrix, yp, xp devptr, n int) error {
 	return l.b.gemv(d.kernel, d.w, d.s, d.b, xp, yp, m, n)
 }
 
-// RMSNorm implements nn.Device (host path).
+// RMSNorm implements nn.Device.
 func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	ok := l.lock()
 	defer l.unlock()
@@ -157,7 +157,7 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { hostRef.RMSNorm(h[0], h[1], h[2], s) })
 }
 
-// RoPE implements nn.Device (host path).
+// RoPE implements nn.Device.
 func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 	ok := l.lock()
 	defer l.unlock()
@@ -190,9 +190,9 @@ func vdim(d nn.AttnDims) int {
 }
 
 // Attention implements nn.Device: the cache makes room (a full cache grows
-// by reallocation), the attention runs (host path: the cache's rows
-// downloaded), and then the chunk's keys and values are copied into their
-// rows on the device.
+// by reallocation), the attention kernel runs over the cache and the chunk
+// (the host path downloads the cache's rows), and then the chunk's keys and
+// values are copied into their rows on the device.
 func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.AttnDims) {
 	kv := l.kvOf(kvs)
 	ok := l.lock()
@@ -289,7 +289,7 @@ func hostAttend(O, Q, K, V, kc, vc []float32, pos, T, W, kw, vw int, d nn.AttnDi
 	}
 }
 
-// DeltaNet implements nn.Device (host path).
+// DeltaNet implements nn.Device.
 func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	ts := l.tensorsOf(st)
 	ok := l.lock()
@@ -324,7 +324,7 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	})
 }
 
-// Gather implements nn.Device (host path, over Index.Host).
+// Gather implements nn.Device (the host path uses Index.Host).
 func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -345,8 +345,9 @@ func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { hostRef.Gather(h[0], h[1], ix, rows, srcStride) })
 }
 
-// GatherRows implements nn.Device: one device copy per run of consecutive
-// rows.
+// GatherRows implements nn.Device: the gather_rows kernel over the rows
+// staged to the device, or on the host path one device copy per run of
+// consecutive rows.
 func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -375,8 +376,7 @@ func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	})
 }
 
-// ScatterRows implements nn.Device: one device copy per run of consecutive
-// rows.
+// ScatterRows implements nn.Device, as GatherRows.
 func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -421,7 +421,7 @@ func (l *Layer) copyRuns(op string, rows []int, cp func(i, r, run int) error) {
 	}
 }
 
-// GLU implements nn.Device (host path).
+// GLU implements nn.Device.
 func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -436,7 +436,7 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { hostRef.GLU(act, h[0], h[1], h[2], n) })
 }
 
-// SigmoidMul implements nn.Device (host path).
+// SigmoidMul implements nn.Device.
 func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -451,7 +451,7 @@ func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { hostRef.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
 }
 
-// Add implements nn.Device (host path).
+// Add implements nn.Device.
 func (l *Layer) Add(x, y nn.Tensor, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -466,7 +466,7 @@ func (l *Layer) Add(x, y nn.Tensor, n int) {
 	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { hostRef.Add(h[0], h[1], n) })
 }
 
-// AddGated implements nn.Device (host path).
+// AddGated implements nn.Device.
 func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -481,7 +481,7 @@ func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { hostRef.AddGated(h[0], h[1], h[2], rows, width) })
 }
 
-// Scale implements nn.Device (host path).
+// Scale implements nn.Device.
 func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -496,7 +496,7 @@ func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Scale(h[0], a, n) })
 }
 
-// Softcap implements nn.Device (host path).
+// Softcap implements nn.Device.
 func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -511,7 +511,7 @@ func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Softcap(h[0], cap, n) })
 }
 
-// Route implements nn.Device (host path): a wait.
+// Route implements nn.Device: a wait.
 func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error {
 	ok := l.lock()
 	defer l.unlock()
@@ -527,7 +527,7 @@ func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error
 	return l.err
 }
 
-// Combine implements nn.Device (host path).
+// Combine implements nn.Device.
 func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 	ok := l.lock()
 	defer l.unlock()
