@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -689,5 +690,19 @@ func TestLayerKernelRefusalAndNaN(t *testing.T) {
 	}
 	if err := l.EndPass(); err == nil {
 		t.Fatal("EndPass lost the NaN error")
+	}
+}
+
+// A wait that does not end is an error after its bound.
+func TestBoundedWait(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	err := bounded("a test wait", 20*time.Millisecond, func() error { <-block; return nil })
+	if err == nil || !strings.Contains(err.Error(), "did not finish within 20ms") {
+		t.Fatalf("bounded: %v", err)
+	}
+	want := errors.New("device error")
+	if err := bounded("a test wait", time.Minute, func() error { return want }); err != want {
+		t.Fatalf("bounded passed %v, want the wait's own error", err)
 	}
 }
