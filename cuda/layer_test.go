@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -63,8 +64,8 @@ func maxDiff(a, b []float32) float64 {
 // then a snapshot restored and the same token again. tol(name) is the
 // bound on the logits' max abs difference (0: bit-identical); the greedy
 // tokens must agree everywhere.
-// Each model gets its own backend (a backend's expert cache holds one
-// model's experts).
+// open gives the backend for a model (a new one or a shared one: a closed
+// model's weights and experts leave the backend with its arena).
 func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name string) float64, only ...string) {
 	for _, name := range tinyModels(t) {
 		if len(only) > 0 && !slices.Contains(only, name) {
@@ -72,6 +73,7 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 		}
 		t.Run(name, func(t *testing.T) {
 			b := open(t)
+			s0 := b.Stats()
 			dir := filepath.Join(tinyDir, name)
 			ref, err := runtime.Load(dir, nil)
 			if err != nil {
@@ -160,6 +162,12 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 			check("after Restore", got, want)
 			worst = max(worst, maxDiff(got, want))
 			s := b.Stats()
+			s.HostOps -= s0.HostOps
+			s.Launches -= s0.Launches
+			s.Fallbacks -= s0.Fallbacks
+			s.ExpertHits -= s0.ExpertHits
+			s.ExpertMisses -= s0.ExpertMisses
+			s.ExpertBytes -= s0.ExpertBytes
 			if b.Layer().kernels && s.HostOps != 0 || s.Fallbacks != 0 {
 				t.Errorf("%d layer ops on the host path, %d CPU fallbacks", s.HostOps, s.Fallbacks)
 			}
@@ -177,23 +185,34 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 func TestLayerTinyModelsFake(t *testing.T) {
 	for _, kernels := range []bool{true, false} {
 		t.Run(map[bool]string{true: "kernels", false: "host"}[kernels], func(t *testing.T) {
-			var all Stats
-			compareTiny(t, func(t *testing.T) *Backend {
-				b, _ := fakeBackend(t)
-				b.Layer().kernels = kernels
-				t.Cleanup(func() {
-					s := b.Stats()
-					all.ExpertHits += s.ExpertHits
-					all.ExpertMisses += s.ExpertMisses
-					all.HostOps += s.HostOps
-				})
-				return b
-			}, func(string) float64 { return 0 })
+			// One backend for every model, as on the GPU.
+			b, f := fakeBackend(t)
+			b.Layer().kernels = kernels
+			compareTiny(t, func(*testing.T) *Backend { return b }, func(string) float64 { return 0 })
+			all := b.Stats()
 			if all.ExpertMisses == 0 || all.ExpertHits == 0 {
 				t.Errorf("expert cache unused: %+v", all)
 			}
 			if kernels != (all.HostOps == 0) {
 				t.Errorf("kernels %v: %d ops on the host", kernels, all.HostOps)
+			}
+			// The models are closed: their weights, experts and states
+			// have left the device; what is left is the Layer's arena and
+			// the few KB of RoPE frequencies and index vectors, which stay
+			// until Close.
+			goruntime.GC() // the states' cleanups queue their memory,
+			goruntime.GC()
+			if err := b.Layer().EndPass(); err != nil { // which EndPass frees
+				t.Fatal(err)
+			}
+			l := b.Layer()
+			var left int64
+			for _, n := range l.owned {
+				left += n
+			}
+			if arena := 4 * int64(l.temp.chunks[0].n); left-arena > 64<<10 || len(l.experts.slots) != 0 {
+				t.Errorf("after every model closed: %d bytes of device memory owned (arena %d), %d experts cached, %d device bytes in use",
+					left, arena, len(l.experts.slots), f.inUse)
 			}
 		})
 	}
@@ -201,8 +220,8 @@ func TestLayerTinyModelsFake(t *testing.T) {
 
 // The same on a GPU: within 1e-4 for float32 weights, 1e-3 quantized.
 func TestLayerTinyModelsGPU(t *testing.T) {
-	openOrSkip(t) // skips the whole test without a GPU
-	compareTiny(t, func(t *testing.T) *Backend { return openOrSkip(t) }, func(name string) float64 {
+	b := openOrSkip(t) // one backend for every model (one NVRTC compile)
+	compareTiny(t, func(*testing.T) *Backend { return b }, func(name string) float64 {
 		if strings.HasSuffix(name, "-f32") {
 			return 1e-4
 		}
