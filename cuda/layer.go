@@ -22,7 +22,8 @@ import (
 // Errors follow the nn.Device contract: the first device error is kept,
 // every later op is skipped, and Read, Route, Flush and EndPass return it
 // (EndPass clears it). A Layer shares its Backend's lock, so it may be used
-// beside the per-op Backend methods.
+// beside the per-op Backend methods; it runs one forward pass at a time (a
+// pass's Temps end at its EndPass), as the runner and server do.
 type Layer struct {
 	b   *Backend
 	err error // the first device error since the last EndPass
