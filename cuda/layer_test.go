@@ -725,3 +725,32 @@ func TestBoundedWait(t *testing.T) {
 		t.Fatalf("bounded passed %v, want the wait's own error", err)
 	}
 }
+
+// The expert budget: SetExpertCacheBytes wins, then QPACK_CUDA_EXPERT_CACHE,
+// then half the free device memory at first use.
+func TestExpertBudget(t *testing.T) {
+	l, f := layerOf(t)
+	c := &l.experts
+	f.freeMem = 10 << 20
+	c.decide(l)
+	if c.budget != 5<<20 {
+		t.Fatalf("default budget %d, want half of 10 MiB", c.budget)
+	}
+	t.Setenv(expertCacheEnv, "3MiB")
+	l.b.SetExpertCacheBytes(0)
+	c.decide(l)
+	if c.budget != 3<<20 {
+		t.Fatalf("budget %d with %s=3MiB", c.budget, expertCacheEnv)
+	}
+	l.b.SetExpertCacheBytes(1234)
+	c.decide(l)
+	if c.budget != 1234 {
+		t.Fatalf("budget %d after SetExpertCacheBytes(1234)", c.budget)
+	}
+	t.Setenv(expertCacheEnv, "lots")
+	l.b.SetExpertCacheBytes(0)
+	c.decide(l)
+	if c.budget != 5<<20 {
+		t.Fatalf("budget %d with a bad %s (want the default)", c.budget, expertCacheEnv)
+	}
+}
