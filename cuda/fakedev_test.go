@@ -22,7 +22,7 @@ import (
 // unified addressing. Its "kernels" decode the parameter block the way the
 // CUDA structs lay it out and compute with the CPU backend.
 type fakeDev struct {
-	t        *testing.T
+	t        testing.TB
 	dev      map[devptr][]byte
 	host     map[devptr][]byte
 	next     devptr
@@ -45,7 +45,7 @@ type fakeDev struct {
 	conv     []byte // the last deltanet_conv's parameters
 }
 
-func newFake(t *testing.T) *fakeDev {
+func newFake(t testing.TB) *fakeDev {
 	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50,
 		failCall: map[string]error{}, sizes: map[devptr]int64{}, liveEv: map[event]bool{}, freeMem: 1 << 30}
 }
@@ -415,7 +415,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 	}
 }
 
-func fakeBackend(t *testing.T) (*Backend, *fakeDev) {
+func fakeBackend(t testing.TB) (*Backend, *fakeDev) {
 	f := newFake(t)
 	b, err := newBackend(f)
 	if err != nil {
