@@ -189,6 +189,9 @@ func (b *Backend) Free(buf []byte) error {
 	for i, r := range b.regions {
 		if r.addr() == p {
 			b.regions = append(b.regions[:i], b.regions[i+1:]...)
+			if b.layer != nil {
+				b.layer.regionFreed(r) // a model's dense weights gone: layer_weights.go
+			}
 			return b.dev.hostFree(r.mem)
 		}
 	}

@@ -421,12 +421,16 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 }
 
 func (g *gpu) sync() error {
-	return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
+	return bounded("cuStreamSynchronize", syncTimeout, func() error {
+		return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
+	})
 }
 
 func (g *gpu) syncAll() error {
-	return g.do(func() error {
-		return errors.Join(g.call("cuStreamSynchronize", g.stream), g.call("cuStreamSynchronize", g.copier))
+	return bounded("cuStreamSynchronize", syncTimeout, func() error {
+		return g.do(func() error {
+			return errors.Join(g.call("cuStreamSynchronize", g.stream), g.call("cuStreamSynchronize", g.copier))
+		})
 	})
 }
 
@@ -477,7 +481,9 @@ func (g *gpu) waitEvent(s stream, e event) error {
 }
 
 func (g *gpu) eventSync(e event) error {
-	return g.do(func() error { return g.call("cuEventSynchronize", e) })
+	return bounded("cuEventSynchronize", syncTimeout, func() error {
+		return g.do(func() error { return g.call("cuEventSynchronize", e) })
+	})
 }
 
 func (g *gpu) freeEvent(e event) error {

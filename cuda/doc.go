@@ -15,6 +15,10 @@
 // back on one stream per call; weights lying in memory from Backend.Alloc
 // (pinned, mapped host memory) are read by the GPU in place, any other weight
 // is copied to the device for the call (nothing is cached per address, as
-// runtime.Backend requires). The whole-layer seam that keeps activations on
-// the device is the next step (README.md).
+// runtime.Backend requires).
+//
+// Layer (Backend.LayerDevice) is the whole-layer seam, nn.Device: tensors,
+// KV caches and recurrent states in device memory, dense weights uploaded
+// once, routed experts in a device cache filled on a second stream, and every
+// op queued as a kernel on the compute stream (README.md).
 package cuda

@@ -22,7 +22,7 @@ import (
 // unified addressing. Its "kernels" decode the parameter block the way the
 // CUDA structs lay it out and compute with the CPU backend.
 type fakeDev struct {
-	t        *testing.T
+	t        testing.TB
 	dev      map[devptr][]byte
 	host     map[devptr][]byte
 	next     devptr
@@ -45,7 +45,7 @@ type fakeDev struct {
 	conv     []byte // the last deltanet_conv's parameters
 }
 
-func newFake(t *testing.T) *fakeDev {
+func newFake(t testing.TB) *fakeDev {
 	return &fakeDev{t: t, dev: map[devptr][]byte{}, host: map[devptr][]byte{}, next: 1 << 50,
 		failCall: map[string]error{}, sizes: map[devptr]int64{}, liveEv: map[event]bool{}, freeMem: 1 << 30}
 }
@@ -274,6 +274,12 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	return nil
 }
 
+// layerKernelPtrs is the number of device addresses each whole-layer
+// kernel's parameter block starts with.
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
+	"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
+	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}
+
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
 // as layer_kernels.go lays it out (device addresses, then 32-bit fields)
 // and computes with nn.HostDevice's arithmetic (attention: hostAttend), so
@@ -281,9 +287,7 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 // passes, bit for bit against the CPU. (The kernels' own arithmetic is the
 // GPU tests' and internal/gpukernels' concern.)
 func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
-	nptr := map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
-		"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
-		"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}[k]
+	nptr := layerKernelPtrs[k]
 	if nptr == 0 {
 		f.t.Fatalf("the fake has no kernel %s", k)
 	}
@@ -401,12 +405,17 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		sel := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(1), 4*nt*kk)[0])), nt*kk)
 		for i, e := range r.Sel {
 			sel[i] = int32(e)
+			for _, v := range view(ptr(0), nt*E)[i/kk*E : (i/kk+1)*E] {
+				if v != v { // the kernel's contract: a NaN token gets -1
+					sel[i] = -1
+				}
+			}
 		}
 		copy(view(ptr(2), nt*kk), r.Wts)
 	}
 }
 
-func fakeBackend(t *testing.T) (*Backend, *fakeDev) {
+func fakeBackend(t testing.TB) (*Backend, *fakeDev) {
 	f := newFake(t)
 	b, err := newBackend(f)
 	if err != nil {

@@ -12,16 +12,18 @@ import (
 // device memory (activations in a per-pass arena, states and constants in
 // allocations of their own), dense weights are uploaded once (Resident),
 // routed experts are copied into a device expert cache on a second stream,
-// and ops are queued on the backend's compute stream in call order. MatMul
-// runs the gemv kernels on device addresses; an op without a kernel (see
-// layer_ops.go) waits for the stream, computes on host copies with
-// nn.HostDevice's arithmetic and uploads its outputs, so results are those
-// of the reference either way.
+// and ops are queued on the backend's compute stream in call order, each
+// as its kernel (MatMul: the gemv kernels; the others: layer_kernels.go).
+// An op whose kernel refuses the shape, or every op when the layer kernels
+// are switched off (the fake device's host-path tests), runs on the host
+// path (layer_ops.go): it waits, computes on host copies with
+// nn.HostDevice's arithmetic and uploads its outputs.
 //
 // Errors follow the nn.Device contract: the first device error is kept,
 // every later op is skipped, and Read, Route, Flush and EndPass return it
 // (EndPass clears it). A Layer shares its Backend's lock, so it may be used
-// beside the per-op Backend methods.
+// beside the per-op Backend methods; it runs one forward pass at a time (a
+// pass's Temps end at its EndPass), as the runner and server do.
 type Layer struct {
 	b   *Backend
 	err error // the first device error since the last EndPass
@@ -33,9 +35,12 @@ type Layer struct {
 	experts  expertCache
 	frees    *freeList // allocations of collected states (layer_state.go)
 	ropes    map[*nn.RoPE]devptr
-	kernels  bool // ops run the layer kernels (else the host path)
-	closed   bool
-	released bool
+	// fromRegion: device copies of weights per Alloc region they came from
+	fromRegion map[*region][]devptr
+	kernels    bool            // ops run the layer kernels (else the host path)
+	refused    map[string]bool // ops a kernel refused a shape of (logged once)
+	closed     bool
+	released   bool
 }
 
 var _ nn.Device = (*Layer)(nil)
@@ -58,7 +63,8 @@ func (b *Backend) Layer() *Layer {
 
 func (b *Backend) layerLocked() *Layer {
 	if b.layer == nil {
-		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true}
+		b.layer = &Layer{b: b, owned: map[devptr]int64{}, frees: &freeList{}, ropes: map[*nn.RoPE]devptr{}, kernels: true, refused: map[string]bool{},
+			fromRegion: map[*region][]devptr{}}
 		b.layer.experts.init()
 		if b.closed {
 			b.layer.closed = true
@@ -176,6 +182,7 @@ func (l *Layer) release() error {
 	}
 	l.owned = map[devptr]int64{}
 	l.ropes = map[*nn.RoPE]devptr{}
+	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {
 		errs = append(errs, l.b.dev.hostFree(l.stage))
 		l.stage = nil

@@ -369,6 +369,14 @@ func (c *expertCache) endPass(l *Layer) {
 	c.freeSpares(l)
 }
 
+// dropAll empties the cache (streams idle): another model's experts follow.
+func (c *expertCache) dropAll(l *Layer) {
+	for c.lru.Len() > 0 {
+		c.evict(l, c.lru.Back().Value.(*expertSlot))
+	}
+	c.freeSpares(l)
+}
+
 // release frees the slots, staging and events (Close, streams idle).
 func (c *expertCache) release(l *Layer) error {
 	var errs []error

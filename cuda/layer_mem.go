@@ -46,7 +46,7 @@ func (l *Layer) devAlloc(bytes int64, what string) (devptr, error) {
 	}
 	p, err := l.b.dev.memAlloc(int(bytes))
 	if err != nil {
-		return 0, fmt.Errorf("cuda: out of device memory? allocating %d bytes for %s: %w", bytes, what, err)
+		return 0, fmt.Errorf("cuda: allocating %d bytes of device memory for %s: %w", bytes, what, err)
 	}
 	l.owned[p] = bytes
 	return p, nil
@@ -118,17 +118,16 @@ func (l *Layer) Temp(n int) nn.Tensor {
 		l.fail(fmt.Sprintf("Temp(%d)", n), err)
 		return nn.Tensor{Buf: &devBuf{n: n}, N: n}
 	}
-	t := nn.Tensor{Buf: b, Off: int(off / 4), N: n}
-	if err := l.b.dev.memset(b.p+uint64(off), 4*n); err != nil {
-		l.fail("Temp", err)
-	}
-	return t
+	return nn.Tensor{Buf: b, Off: int(off / 4), N: n}
 }
 
 // arena is the Temp memory: chunks of device memory handed out by bumping
 // an offset, all released at EndPass. A pass that needs more than the
 // chunks hold adds one; at EndPass the chunks are replaced by one of their
 // total size, so later passes of the same shape reuse one allocation.
+// Temps are zero without a memset each: a chunk is zeroed when it is
+// allocated, and at EndPass the part the pass used is zeroed again (one
+// memset, queued before the next pass's work).
 type arena struct {
 	chunks []*devBuf // n counts floats
 	cur    int       // chunk being filled
@@ -163,6 +162,10 @@ func (a *arena) take(l *Layer, n int64) (*devBuf, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := l.b.dev.memset(p, int(size)); err != nil {
+		l.devFree(p)
+		return nil, 0, err
+	}
 	c := &devBuf{p: p, n: int(size / 4)}
 	a.chunks = append(a.chunks, c)
 	a.grows++
@@ -173,8 +176,11 @@ func (a *arena) take(l *Layer, n int64) (*devBuf, int64, error) {
 // reset releases the pass's Temps (the streams are idle).
 func (a *arena) reset(l *Layer) error {
 	defer func() { a.cur, a.off = 0, 0 }()
-	if len(a.chunks) <= 1 {
+	if len(a.chunks) == 0 {
 		return nil
+	}
+	if len(a.chunks) == 1 {
+		return l.b.dev.memset(a.chunks[0].p, int(a.off))
 	}
 	var total int64
 	var errs []error
@@ -184,11 +190,11 @@ func (a *arena) reset(l *Layer) error {
 	}
 	a.chunks = nil
 	p, err := l.devAlloc(total, "the Temp arena")
-	if err != nil {
-		errs = append(errs, err)
-	} else {
+	if err == nil {
+		err = l.b.dev.memset(p, int(total))
 		a.chunks = []*devBuf{{p: p, n: int(total / 4)}}
 	}
+	errs = append(errs, err)
 	return errors.Join(errs...)
 }
 

@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -17,9 +19,9 @@ import (
 // over the device cache's layout) on the copies and uploads its outputs:
 // exact (the reference's bits) and slow.
 
-// host is the reference the host path computes with: CPU arithmetic, so the
+// hostRef is the reference the host path computes with: CPU arithmetic, so the
 // results are nn.HostDevice's over the CPU backend bit for bit.
-var host = nn.HostDevice{}
+var hostRef = nn.HostDevice{}
 
 // hostOp runs fn over host copies of ts and uploads ts[:nout] afterwards.
 // Each buffer's span covering its tensors is downloaded once, so views that
@@ -122,13 +124,18 @@ func (l *Layer) MatMul(w nn.Mat, y, x nn.Tensor, n int) {
 
 // matMul queues y = W·x for n rows of x, choosing the kernel by n: the
 // gemv kernels for every n today (one pass over the weights per vector).
-// A batched kernel (gemm, on the tensor cores) goes here for n above its
-// break-even, keeping gemv for decode.
+// The batched kernels of branch gemm go here, with the same arguments:
+//
+//	if useGemm(m, n) {
+//		return l.b.gemm(d.w, d.s, d.b, xp, yp, m, n)
+//	}
+//
+// keeping gemv for decode.
 func (l *Layer) matMul(d *devMat, m mlxq.Matrix, yp, xp devptr, n int) error {
 	return l.b.gemv(d.kernel, d.w, d.s, d.b, xp, yp, m, n)
 }
 
-// RMSNorm implements nn.Device (host path).
+// RMSNorm implements nn.Device.
 func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	ok := l.lock()
 	defer l.unlock()
@@ -148,13 +155,14 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 		if s.Kind != nn.NormUnit {
 			wp = addr(w, s.Width)
 		}
-		l.fail("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s))
-		return
+		if l.kernel("RMSNorm", l.b.kRMSNorm(yp, xp, wp, s)) {
+			return
+		}
 	}
-	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { host.RMSNorm(h[0], h[1], h[2], s) })
+	l.hostOp("RMSNorm", []nn.Tensor{y, x, w}, 1, func(h []nn.Tensor) { hostRef.RMSNorm(h[0], h[1], h[2], s) })
 }
 
-// RoPE implements nn.Device (host path).
+// RoPE implements nn.Device.
 func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 	ok := l.lock()
 	defer l.unlock()
@@ -172,10 +180,11 @@ func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
 			l.fail("RoPE", err)
 			return
 		}
-		l.fail("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s))
-		return
+		if l.kernel("RoPE", l.b.kRoPE(xp, f, len(r.InvFreq), r.Half, r.Interleaved, s)) {
+			return
+		}
 	}
-	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.RoPE(h[0], r, s) })
+	l.hostOp("RoPE", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.RoPE(h[0], r, s) })
 }
 
 func vdim(d nn.AttnDims) int {
@@ -186,9 +195,9 @@ func vdim(d nn.AttnDims) int {
 }
 
 // Attention implements nn.Device: the cache makes room (a full cache grows
-// by reallocation), the attention runs (host path: the cache's rows
-// downloaded), and then the chunk's keys and values are copied into their
-// rows on the device.
+// by reallocation), the attention kernel runs over the cache and the chunk
+// (the host path downloads the cache's rows), and then the chunk's keys and
+// values are copied into their rows on the device.
 func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.AttnDims) {
 	kv := l.kvOf(kvs)
 	ok := l.lock()
@@ -208,9 +217,7 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	if l.kernels {
-		l.fail("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d))
-	} else {
+	if !l.kernels || !l.kernel("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d)) {
 		l.attendHost(kv, O, Q, K, V, T, d)
 	}
 	if l.err != nil {
@@ -287,7 +294,7 @@ func hostAttend(O, Q, K, V, kc, vc []float32, pos, T, W, kw, vw int, d nn.AttnDi
 	}
 }
 
-// DeltaNet implements nn.Device (host path).
+// DeltaNet implements nn.Device.
 func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	ts := l.tensorsOf(st)
 	ok := l.lock()
@@ -310,8 +317,9 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 			Y: addr(a.Y, T*a.Nv*a.Dv), Mixed: addr(a.Mixed, T*C), Z: addr(a.Z, T*a.Nv*a.Dv),
 			B: addr(a.B, T*a.Nv), A: addr(a.A, T*a.Nv), Conv: addr(a.Conv, C*a.K),
 			NegA: addr(a.NegA, a.Nv), DtBias: addr(a.DtBias, a.Nv), Norm: addr(a.Norm, a.Dv)}
-		l.fail("DeltaNet", l.b.kDeltaNet(p))
-		return
+		if l.kernel("DeltaNet", l.b.kDeltaNet(p)) {
+			return
+		}
 	}
 	args := []nn.Tensor{a.Y, ts.t[0], ts.t[1], a.Mixed, a.Z, a.B, a.A, a.Conv, a.NegA, a.DtBias, a.Norm}
 	l.hostOp("DeltaNet", args, 3, func(h []nn.Tensor) {
@@ -321,7 +329,7 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	})
 }
 
-// Gather implements nn.Device (host path, over Index.Host).
+// Gather implements nn.Device (the host path uses Index.Host).
 func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -339,11 +347,12 @@ func (l *Layer) Gather(dst, src nn.Tensor, ix nn.Index, rows, srcStride int) {
 		l.fail("Gather", l.b.kGather(addr(dst, rows*n), addr(src, int(span(rows, srcStride, int(top)+1))), ip, n, rows, srcStride))
 		return
 	}
-	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { host.Gather(h[0], h[1], ix, rows, srcStride) })
+	l.hostOp("Gather", []nn.Tensor{dst, src}, 1, func(h []nn.Tensor) { hostRef.Gather(h[0], h[1], ix, rows, srcStride) })
 }
 
-// GatherRows implements nn.Device: one device copy per run of consecutive
-// rows.
+// GatherRows implements nn.Device: the gather_rows kernel over the rows
+// staged to the device, or on the host path one device copy per run of
+// consecutive rows.
 func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -363,16 +372,16 @@ func (l *Layer) GatherRows(dst, src nn.Tensor, rows []int, width int) {
 			l.fail("GatherRows", err)
 			return
 		}
-		l.fail("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width))
-		return
+		if l.kernel("GatherRows", l.b.kGatherRows(dp, sp, ip, len(rows), src.N/width, width)) {
+			return
+		}
 	}
 	l.copyRuns("GatherRows", rows, func(i, r, run int) error {
 		return l.b.dev.dtod(dp+4*uint64(i*width), sp+4*uint64(r*width), 4*run*width)
 	})
 }
 
-// ScatterRows implements nn.Device: one device copy per run of consecutive
-// rows.
+// ScatterRows implements nn.Device, as GatherRows.
 func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -392,8 +401,9 @@ func (l *Layer) ScatterRows(dst, src nn.Tensor, rows []int, width int) {
 			l.fail("ScatterRows", err)
 			return
 		}
-		l.fail("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width))
-		return
+		if l.kernel("ScatterRows", l.b.kScatterRows(dp, sp, ip, len(rows), dst.N/width, width)) {
+			return
+		}
 	}
 	l.copyRuns("ScatterRows", rows, func(i, r, run int) error {
 		return l.b.dev.dtod(dp+4*uint64(r*width), sp+4*uint64(i*width), 4*run*width)
@@ -416,7 +426,7 @@ func (l *Layer) copyRuns(op string, rows []int, cp func(i, r, run int) error) {
 	}
 }
 
-// GLU implements nn.Device (host path).
+// GLU implements nn.Device.
 func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -424,13 +434,14 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n))
-		return
+		if l.kernel("GLU", l.b.kGLU(act, addr(y, n), addr(gate, n), addr(up, n), n)) {
+			return
+		}
 	}
-	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { host.GLU(act, h[0], h[1], h[2], n) })
+	l.hostOp("GLU", []nn.Tensor{y, gate, up}, 1, func(h []nn.Tensor) { hostRef.GLU(act, h[0], h[1], h[2], n) })
 }
 
-// SigmoidMul implements nn.Device (host path).
+// SigmoidMul implements nn.Device.
 func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -442,10 +453,10 @@ func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
 			rows, width, oStride, gStride))
 		return
 	}
-	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { host.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
+	l.hostOp("SigmoidMul", []nn.Tensor{o, g}, 1, func(h []nn.Tensor) { hostRef.SigmoidMul(h[0], h[1], rows, width, oStride, gStride) })
 }
 
-// Add implements nn.Device (host path).
+// Add implements nn.Device.
 func (l *Layer) Add(x, y nn.Tensor, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -453,13 +464,14 @@ func (l *Layer) Add(x, y nn.Tensor, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Add", l.b.kAdd(addr(x, n), addr(y, n), n))
-		return
+		if l.kernel("Add", l.b.kAdd(addr(x, n), addr(y, n), n)) {
+			return
+		}
 	}
-	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { host.Add(h[0], h[1], n) })
+	l.hostOp("Add", []nn.Tensor{x, y}, 1, func(h []nn.Tensor) { hostRef.Add(h[0], h[1], n) })
 }
 
-// AddGated implements nn.Device (host path).
+// AddGated implements nn.Device.
 func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -467,13 +479,14 @@ func (l *Layer) AddGated(out, x, g nn.Tensor, rows, width int) {
 		return
 	}
 	if l.kernels {
-		l.fail("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width))
-		return
+		if l.kernel("AddGated", l.b.kAddGated(addr(out, rows*width), addr(x, rows*width), addr(g, rows), rows, width)) {
+			return
+		}
 	}
-	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { host.AddGated(h[0], h[1], h[2], rows, width) })
+	l.hostOp("AddGated", []nn.Tensor{out, x, g}, 1, func(h []nn.Tensor) { hostRef.AddGated(h[0], h[1], h[2], rows, width) })
 }
 
-// Scale implements nn.Device (host path).
+// Scale implements nn.Device.
 func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -481,13 +494,14 @@ func (l *Layer) Scale(x nn.Tensor, a float32, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Scale", l.b.kScale(addr(x, n), a, n))
-		return
+		if l.kernel("Scale", l.b.kScale(addr(x, n), a, n)) {
+			return
+		}
 	}
-	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Scale(h[0], a, n) })
+	l.hostOp("Scale", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Scale(h[0], a, n) })
 }
 
-// Softcap implements nn.Device (host path).
+// Softcap implements nn.Device.
 func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -495,21 +509,21 @@ func (l *Layer) Softcap(x nn.Tensor, cap float32, n int) {
 		return
 	}
 	if l.kernels {
-		l.fail("Softcap", l.b.kSoftcap(addr(x, n), cap, n))
-		return
+		if l.kernel("Softcap", l.b.kSoftcap(addr(x, n), cap, n)) {
+			return
+		}
 	}
-	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { host.Softcap(h[0], cap, n) })
+	l.hostOp("Softcap", []nn.Tensor{x}, 1, func(h []nn.Tensor) { hostRef.Softcap(h[0], cap, n) })
 }
 
-// Route implements nn.Device (host path): a wait.
+// Route implements nn.Device: a wait.
 func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error {
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
 		return l.err
 	}
-	if l.kernels {
-		l.routeKernel(r, logits, T, E, norm)
+	if l.kernels && l.routeKernel(r, logits, T, E, norm) {
 		return l.err
 	}
 	l.hostOp("Route", []nn.Tensor{logits}, 0, func(h []nn.Tensor) {
@@ -518,7 +532,7 @@ func (l *Layer) Route(r nn.Routing, logits nn.Tensor, T, E int, norm bool) error
 	return l.err
 }
 
-// Combine implements nn.Device (host path).
+// Combine implements nn.Device.
 func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 	ok := l.lock()
 	defer l.unlock()
@@ -537,10 +551,11 @@ func (l *Layer) Combine(out, res nn.Tensor, wts []float32, T, k, width int) {
 			l.fail("Combine", err)
 			return
 		}
-		l.fail("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width))
-		return
+		if l.kernel("Combine", l.b.kCombine(addr(out, T*width), addr(res, T*k*width), wp, T, k, width)) {
+			return
+		}
 	}
-	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { host.Combine(h[0], h[1], wts, T, k, width) })
+	l.hostOp("Combine", []nn.Tensor{out, res}, 1, func(h []nn.Tensor) { hostRef.Combine(h[0], h[1], wts, T, k, width) })
 }
 
 // scratch returns n bytes of the pass's arena (not zeroed); lock held.
@@ -585,41 +600,65 @@ func (l *Layer) invFreq(r *nn.RoPE) (devptr, error) {
 }
 
 // routeKernel runs route_topk and brings the choice back (a wait); a NaN
-// in the logits (sel -1) is an error, never a wrong expert.
-func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) {
+// in the logits (sel -1) is an error, never a wrong expert. It reports
+// false when the kernel refuses the shape (the host path routes).
+func (l *Layer) routeKernel(r nn.Routing, logits nn.Tensor, T, E int, norm bool) bool {
 	k := r.K
 	if T <= 0 {
-		return
+		return true
 	}
 	lp := addr(logits, T*E)
 	sp, err := l.scratch(4 * int64(T*k))
 	if err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	wp, err := l.scratch(4 * int64(T*k))
 	if err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
-	if err := l.b.kRouteTopK(sp, wp, lp, T, E, k, norm); err != nil {
-		l.fail("Route", err)
-		return
+	if !l.kernel("Route", l.b.kRouteTopK(sp, wp, lp, T, E, k, norm)) {
+		return false
+	}
+	if l.err != nil {
+		return true
 	}
 	sel := make([]int32, T*k)
 	if err := l.download(i32b(sel), sp); err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	if err := l.download(f32b(r.Wts[:T*k]), wp); err != nil {
 		l.fail("Route", err)
-		return
+		return true
 	}
 	for i, e := range sel {
 		if e < 0 || int(e) >= E {
 			l.fail("Route", fmt.Errorf("cuda: token %d's router logits hold a NaN (expert %d of %d chosen)", i/k, e, E))
-			return
+			return true
 		}
 		r.Sel[i] = int(e)
 	}
+	return true
+}
+
+// kernel takes a launcher's result: nil, or a device error (kept: the op is
+// done either way), or the launcher refusing the shape before it queued
+// anything (a head dim, a count past the kernel's limits): false, and the
+// caller runs the op on the host path instead.
+func (l *Layer) kernel(op string, err error) bool {
+	if err == nil {
+		return true
+	}
+	var dev *Error
+	if errors.As(err, &dev) {
+		l.fail(op, err)
+		return true
+	}
+	if !l.refused[op] {
+		l.refused[op] = true
+		slog.Warn("cuda: a layer kernel refused a shape; the op runs on the host (slow)", "op", op, "why", err)
+	}
+	return false
 }

@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -61,12 +64,16 @@ func maxDiff(a, b []float32) float64 {
 // then a snapshot restored and the same token again. tol(name) is the
 // bound on the logits' max abs difference (0: bit-identical); the greedy
 // tokens must agree everywhere.
-// Each model gets its own backend (a backend's expert cache holds one
-// model's experts).
-func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name string) float64) {
+// open gives the backend for a model (a new one or a shared one: a closed
+// model's weights and experts leave the backend with its arena).
+func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name string) float64, only ...string) {
 	for _, name := range tinyModels(t) {
+		if len(only) > 0 && !slices.Contains(only, name) {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			b := open(t)
+			s0 := b.Stats()
 			dir := filepath.Join(tinyDir, name)
 			ref, err := runtime.Load(dir, nil)
 			if err != nil {
@@ -155,6 +162,15 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 			check("after Restore", got, want)
 			worst = max(worst, maxDiff(got, want))
 			s := b.Stats()
+			s.HostOps -= s0.HostOps
+			s.Launches -= s0.Launches
+			s.Fallbacks -= s0.Fallbacks
+			s.ExpertHits -= s0.ExpertHits
+			s.ExpertMisses -= s0.ExpertMisses
+			s.ExpertBytes -= s0.ExpertBytes
+			if b.Layer().kernels && s.HostOps != 0 || s.Fallbacks != 0 {
+				t.Errorf("%d layer ops on the host path, %d CPU fallbacks", s.HostOps, s.Fallbacks)
+			}
 			t.Logf("%s: logits max abs difference %.3g (bound %.3g), hidden states %.3g; host ops %d, launches %d, experts %d hits %d misses, %d bytes copied",
 				name, worst, bound, hiddenDiff, s.HostOps, s.Launches, s.ExpertHits, s.ExpertMisses, s.ExpertBytes)
 		})
@@ -169,23 +185,34 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 func TestLayerTinyModelsFake(t *testing.T) {
 	for _, kernels := range []bool{true, false} {
 		t.Run(map[bool]string{true: "kernels", false: "host"}[kernels], func(t *testing.T) {
-			var all Stats
-			compareTiny(t, func(t *testing.T) *Backend {
-				b, _ := fakeBackend(t)
-				b.Layer().kernels = kernels
-				t.Cleanup(func() {
-					s := b.Stats()
-					all.ExpertHits += s.ExpertHits
-					all.ExpertMisses += s.ExpertMisses
-					all.HostOps += s.HostOps
-				})
-				return b
-			}, func(string) float64 { return 0 })
+			// One backend for every model, as on the GPU.
+			b, f := fakeBackend(t)
+			b.Layer().kernels = kernels
+			compareTiny(t, func(*testing.T) *Backend { return b }, func(string) float64 { return 0 })
+			all := b.Stats()
 			if all.ExpertMisses == 0 || all.ExpertHits == 0 {
 				t.Errorf("expert cache unused: %+v", all)
 			}
 			if kernels != (all.HostOps == 0) {
 				t.Errorf("kernels %v: %d ops on the host", kernels, all.HostOps)
+			}
+			// The models are closed: their weights, experts and states
+			// have left the device; what is left is the Layer's arena and
+			// the few KB of RoPE frequencies and index vectors, which stay
+			// until Close.
+			goruntime.GC() // the states' cleanups queue their memory,
+			goruntime.GC()
+			if err := b.Layer().EndPass(); err != nil { // which EndPass frees
+				t.Fatal(err)
+			}
+			l := b.Layer()
+			var left int64
+			for _, n := range l.owned {
+				left += n
+			}
+			if arena := 4 * int64(l.temp.chunks[0].n); left-arena > 64<<10 || len(l.experts.slots) != 0 {
+				t.Errorf("after every model closed: %d bytes of device memory owned (arena %d), %d experts cached, %d device bytes in use",
+					left, arena, len(l.experts.slots), f.inUse)
 			}
 		})
 	}
@@ -193,8 +220,8 @@ func TestLayerTinyModelsFake(t *testing.T) {
 
 // The same on a GPU: within 1e-4 for float32 weights, 1e-3 quantized.
 func TestLayerTinyModelsGPU(t *testing.T) {
-	openOrSkip(t) // skips the whole test without a GPU
-	compareTiny(t, func(t *testing.T) *Backend { return openOrSkip(t) }, func(name string) float64 {
+	b := openOrSkip(t) // one backend for every model (one NVRTC compile)
+	compareTiny(t, func(*testing.T) *Backend { return b }, func(name string) float64 {
 		if strings.HasSuffix(name, "-f32") {
 			return 1e-4
 		}
@@ -651,5 +678,79 @@ func testLayerHostPathAgainstHostDevice(t *testing.T, l *Layer) {
 	sameBits(t, "Gather", get(t, l, G), []float32{3, 1, 6, 4})
 	if err := l.EndPass(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A shape a kernel refuses (more experts than route_topk takes) runs on the
+// host path; a NaN router logit is an error, not an expert.
+func TestLayerKernelRefusalAndNaN(t *testing.T) {
+	l, _ := layerOf(t)
+	r := rand.New(rand.NewPCG(13, 14))
+	E := routeMaxE + 3
+	logits := randVec(r, 2*E, 3)
+	want, got := nn.NewRouting(2, 4), nn.NewRouting(2, 4)
+	nn.RouteSoftmaxTopK(want, append([]float32(nil), logits...), 2, E, true)
+	before := l.b.Stats().HostOps
+	if err := l.Route(got, put(t, l, logits), 2, E, true); err != nil {
+		t.Fatal(err)
+	}
+	if l.b.Stats().HostOps != before+1 {
+		t.Fatal("the refused Route did not run on the host path")
+	}
+	for i := range want.Sel {
+		if got.Sel[i] != want.Sel[i] || got.Wts[i] != want.Wts[i] {
+			t.Fatalf("Route on the host path: %v, want %v", got.Sel, want.Sel)
+		}
+	}
+	logits = randVec(r, 2*10, 1)
+	logits[13] = float32(math.NaN())
+	if err := l.Route(nn.NewRouting(2, 2), put(t, l, logits), 2, 10, true); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("Route over a NaN: %v", err)
+	}
+	if err := l.EndPass(); err == nil {
+		t.Fatal("EndPass lost the NaN error")
+	}
+}
+
+// A wait that does not end is an error after its bound.
+func TestBoundedWait(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	err := bounded("a test wait", 20*time.Millisecond, func() error { <-block; return nil })
+	if err == nil || !strings.Contains(err.Error(), "did not finish within 20ms") {
+		t.Fatalf("bounded: %v", err)
+	}
+	want := errors.New("device error")
+	if err := bounded("a test wait", time.Minute, func() error { return want }); err != want {
+		t.Fatalf("bounded passed %v, want the wait's own error", err)
+	}
+}
+
+// The expert budget: SetExpertCacheBytes wins, then QPACK_CUDA_EXPERT_CACHE,
+// then half the free device memory at first use.
+func TestExpertBudget(t *testing.T) {
+	l, f := layerOf(t)
+	c := &l.experts
+	f.freeMem = 10 << 20
+	c.decide(l)
+	if c.budget != 5<<20 {
+		t.Fatalf("default budget %d, want half of 10 MiB", c.budget)
+	}
+	t.Setenv(expertCacheEnv, "3MiB")
+	l.b.SetExpertCacheBytes(0)
+	c.decide(l)
+	if c.budget != 3<<20 {
+		t.Fatalf("budget %d with %s=3MiB", c.budget, expertCacheEnv)
+	}
+	l.b.SetExpertCacheBytes(1234)
+	c.decide(l)
+	if c.budget != 1234 {
+		t.Fatalf("budget %d after SetExpertCacheBytes(1234)", c.budget)
+	}
+	t.Setenv(expertCacheEnv, "lots")
+	l.b.SetExpertCacheBytes(0)
+	c.decide(l)
+	if c.budget != 5<<20 {
+		t.Fatalf("budget %d with a bad %s (want the default)", c.budget, expertCacheEnv)
 	}
 }

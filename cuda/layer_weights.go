@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"sort"
+	"unsafe"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -39,8 +41,54 @@ func (l *Layer) placeMat(m mlxq.Matrix, p devptr, direct bool) (*devMat, error) 
 	return d, nil
 }
 
+// regionOf returns the Alloc region holding all of p, or nil.
+func (b *Backend) regionOf(p []byte) *region {
+	if len(p) == 0 {
+		return nil
+	}
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	i := sort.Search(len(b.regions), func(i int) bool { return b.regions[i].addr() > a }) - 1
+	if i < 0 || uint64(a-b.regions[i].addr())+uint64(len(p)) > uint64(len(b.regions[i].mem)) {
+		return nil
+	}
+	return b.regions[i]
+}
+
+// residentFrom records that device memory p holds a copy of weights lying
+// in Alloc memory (a model's dense arena), so that it is freed with them.
+func (l *Layer) residentFrom(src []byte, p devptr) {
+	if r := l.b.regionOf(src); r != nil {
+		l.fromRegion[r] = append(l.fromRegion[r], p)
+	}
+}
+
+// regionFreed is Backend.Free of a region (lock held). When device copies
+// of weights in it exist, the model they belong to has been closed: its
+// copies are freed and the expert cache is emptied, since its keys
+// (layer, expert) name the next model's experts too. (A model whose dense
+// weights are not in the backend's Alloc memory cannot be told apart: one
+// model per backend then.)
+func (l *Layer) regionFreed(r *region) {
+	ps, ok := l.fromRegion[r]
+	if !ok {
+		return
+	}
+	delete(l.fromRegion, r)
+	if err := l.b.dev.syncAll(); err != nil {
+		l.fail("freeing a closed model's weights", err)
+	}
+	l.stageOff = 0
+	for _, p := range ps {
+		if err := l.devFree(p); err != nil {
+			l.fail("freeing a closed model's weights", err)
+		}
+	}
+	l.experts.dropAll(l)
+}
+
 // Resident implements nn.Device: the matrix is checked and uploaded once to
-// device memory of its own (kept until Close).
+// device memory of its own (kept until Close, or until the Alloc memory it
+// lies in is freed: the model was closed).
 func (l *Layer) Resident(m mlxq.Matrix) (nn.Mat, error) {
 	if err := checkMatrix(m); err != nil {
 		return nn.Mat{}, fmt.Errorf("cuda: Resident: %w", err)
@@ -60,6 +108,7 @@ func (l *Layer) Resident(m mlxq.Matrix) (nn.Mat, error) {
 		l.devFree(p)
 		return nn.Mat{}, fmt.Errorf("cuda: uploading a resident matrix: %w", err)
 	}
+	l.residentFrom(m.Weight, p)
 	return nn.Mat{W: m, Dev: d}, nil
 }
 
@@ -81,6 +130,7 @@ func (l *Layer) Constant(v []float32) (nn.Tensor, error) {
 		l.devFree(p)
 		return nn.Tensor{}, fmt.Errorf("cuda: uploading a constant: %w", err)
 	}
+	l.residentFrom(f32b(v), p)
 	return nn.Tensor{Buf: &devBuf{p: p, n: len(v)}, N: len(v)}, nil
 }
 
