@@ -417,6 +417,9 @@ func gemvKernel(w mlxq.Matrix) (string, int) {
 }
 
 func (b *Backend) matMul(w mlxq.Matrix, y, x []float32, n int) error {
+	if useGemm(w, n) {
+		return b.matMulGemm(w, y, x, n)
+	}
 	kernel, walign := gemvKernel(w)
 	salign := w.Type.Size()
 	aw, as, ab := inW(w.Weight, walign), inW(w.Scales, salign), inW(w.Biases, salign)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -29,6 +30,9 @@ type fakeDev struct {
 	fail     error
 	launches []string
 	grids    [][3]uint32
+	// gemmLaunchOnly: record gemm launches without computing them (for
+	// tests that pass made-up addresses).
+	gemmLaunchOnly bool
 
 	// The layer device's needs: streams and events are synchronous here,
 	// so they are only logged (calls, when log is set); failCall makes a
@@ -269,9 +273,44 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		n := u32(24)
 		runtime.CPU{}.SwiGLU(f32s(f.at(u64(2), 4*n)), f32s(f.at(u64(0), 4*n)), f32s(f.at(u64(1), 4*n)))
 	default:
+		if strings.HasPrefix(k, "gemm_") {
+			if !f.gemmLaunchOnly {
+				f.gemmOnCPU(k, decodeGemm(p))
+			}
+			break
+		}
 		f.layerKernel(k, grid, p)
 	}
 	return nil
+}
+
+// gemmOnCPU computes a gemm kernel's launch with the CPU backend, from the
+// parameter block alone (as the fake's gemv), so the host logic above a
+// batched product is checked bit for bit.
+func (f *fakeDev) gemmOnCPU(kernel string, p gemmParams) {
+	var m mlxq.Matrix
+	var err error
+	st := mlxq.Float(p.stype)
+	if p.bits == 0 {
+		m, err = mlxq.NewDense(p.rows, p.cols, st, f.at(p.w, p.rows*p.cols*st.Size()))
+	} else {
+		sb := p.rows * (p.cols / p.group) * st.Size()
+		m, err = mlxq.NewQuantized(p.rows, p.cols, p.bits, p.group, st, f.at(p.w, p.rows*p.cols*p.bits/8), f.at(p.s, sb), f.at(p.b, sb))
+	}
+	if err != nil {
+		f.t.Fatalf("%s: %v", kernel, err)
+	}
+	x := make([]float32, p.n*p.cols)
+	if kernel == "gemm_base" {
+		mlxq.DecodeFloats(x, f.at(p.x, 2*len(x)), mlxq.BF16)
+	} else {
+		copy(x, f32s(f.at(p.x, 4*len(x))))
+	}
+	y := make([]float32, p.n*p.rows)
+	runtime.CPU{}.MatMul(m, y, x, p.n)
+	for v := range p.n {
+		copy(f32s(f.at(p.y+uint64(4*v*p.ldy), 4*p.rows)), y[v*p.rows:(v+1)*p.rows])
+	}
 }
 
 // layerKernelPtrs is the number of device addresses each whole-layer
@@ -500,9 +539,10 @@ func TestFakeDeviceHostLogic(t *testing.T) {
 	b.SwiGLU(sgot, g, u)
 	sameBits(t, "swiglu", sgot, swant)
 
-	// More vectors than one launch's grid takes: two launches.
+	// More vectors than one launch's grid takes: two launches (of the
+	// generic gemv: 6 bits, which the batched kernels do not take).
 	f.launches, f.grids = nil, nil
-	mv := makeMatrix(t, r, matCase{3, 32, 8, 32, mlxq.F32})
+	mv := makeMatrix(t, r, matCase{3, 32, 6, 32, mlxq.F32})
 	n := maxGridY + 5
 	xv := randVec(r, n*32, 1)
 	vgot := make([]float32, 3*n)

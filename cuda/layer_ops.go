@@ -123,15 +123,13 @@ func (l *Layer) MatMul(w nn.Mat, y, x nn.Tensor, n int) {
 }
 
 // matMul queues y = W·x for n rows of x, choosing the kernel by n: the
-// gemv kernels for every n today (one pass over the weights per vector).
-// The batched kernels of branch gemm go here, with the same arguments:
-//
-//	if useGemm(m, n) {
-//		return l.b.gemm(d.w, d.s, d.b, xp, yp, m, n)
-//	}
-//
-// keeping gemv for decode.
+// batched tensor-core kernels (gemm.go) where useGemm says they pay (a
+// prefill chunk, an expert many tokens chose), the gemv kernels otherwise
+// (decode: one pass over the weights per vector).
 func (l *Layer) matMul(d *devMat, m mlxq.Matrix, yp, xp devptr, n int) error {
+	if useGemm(m, n) {
+		return l.b.gemm(d.w, d.s, d.b, xp, yp, m, n)
+	}
 	return l.b.gemv(d.kernel, d.w, d.s, d.b, xp, yp, m, n)
 }
 
