@@ -15,32 +15,30 @@ const (
 	gemmFMABN = 64  // QP_GF_BN: weight rows per group of the FMA fallback
 	sizeQGemm = 72  // the QGemm struct
 
-	// useGemm's thresholds (first guesses, to be set from
-	// BenchmarkGemmRate's crossover lines): the batched product needs at
-	// least gemmMinVectors vectors, and either gemmMinBlocks groups of
-	// threads (a 128 x 128 tile each; fewer leave most of the GPU idle
-	// while the matvec uses all of it) or gemmManyVectors vectors (where
-	// the matvec's reading W once per vector costs more than idle SMs).
-	gemmMinVectors  = 16
-	gemmMinBlocks   = 16
-	gemmManyVectors = 256
+	// useGemm's thresholds, from BenchmarkGemmRate's crossover lines on an
+	// H200 (testdata/cuda/gemmrate.log): the batched kernel's time is
+	// nearly flat up to n = 128 (27-33 us for a [2048, 512] q4 matrix,
+	// 105-117 us for [8192, 2048]) while the matvec's grows with n; the
+	// batched product wins from n = 64 on the experts' shapes and from
+	// n = 32 on matrices of gemmLargeElems elements or more.
+	gemmMinVectors  = 32
+	gemmManyVectors = 64
+	gemmLargeElems  = 8 << 20
 )
 
 // useGemm reports whether MatMul of n vectors on w should run the batched
 // product (Backend.gemm) instead of the matvec per vector (Backend.gemv):
 // on 4- and 8-bit or dense matrices (the other widths keep the matvec,
 // whose generic kernel is as good as the fallback's generic decode), with
-// enough vectors and enough tiles to fill the GPU (see gemmMinVectors).
+// enough vectors that reading W once per vector costs more (see
+// gemmMinVectors).
 func useGemm(w mlxq.Matrix, n int) bool {
 	switch w.Bits {
 	case 0, 4, 8:
 	default:
 		return false
 	}
-	if n < gemmMinVectors {
-		return false
-	}
-	return n >= gemmManyVectors || ceilDiv(n, gemmBM)*ceilDiv(w.Rows, gemmBN) >= gemmMinBlocks
+	return n >= gemmManyVectors || n >= gemmMinVectors && w.Rows*w.Cols >= gemmLargeElems
 }
 
 // gemmHalf selects the bf16-input tensor-core kernels (twice the tensor
@@ -94,7 +92,9 @@ func (b *Backend) gemm(wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
 		return fmt.Errorf("cuda: gemm: n=%d for a [%d, %d] matrix", n, w.Rows, w.Cols)
 	}
 	kernel, bm, bn := gemmKernel(w, gemmHalf), gemmBM, gemmBN
-	if kernel == "" || wp%16 != 0 || xp%16 != 0 {
+	// float32 weights keep float32 products (the FMA kernel, within 1e-4
+	// like the matvec): the tf32 kernel would round them to 10 bits.
+	if kernel == "" || kernel == "gemm_f32" || wp%16 != 0 || xp%16 != 0 {
 		kernel, bm, bn = "gemm_fma", gemmFMABM, gemmFMABN
 	}
 	return b.gemmLaunch(kernel, bm, bn, wp, sp, bp, xp, yp, w, n)

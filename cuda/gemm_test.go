@@ -47,15 +47,17 @@ func TestUseGemm(t *testing.T) {
 	down := mlxq.Matrix{Rows: 2048, Cols: 512, Bits: 8, GroupSize: 64, Type: mlxq.BF16}
 	q3 := mlxq.Matrix{Rows: 8192, Cols: 2048, Bits: 3, GroupSize: 64, Type: mlxq.BF16}
 	dense := mlxq.Matrix{Rows: 4100, Cols: 300, Type: mlxq.F16}
+	big := mlxq.Matrix{Rows: 8192, Cols: 2048, Bits: 4, GroupSize: 64, Type: mlxq.BF16}
 	for _, c := range []struct {
 		w    mlxq.Matrix
 		n    int
 		want bool
 	}{
-		{q4, 1, false}, {q4, gemmMinVectors, false}, {q4, 128, false}, {q4, gemmManyVectors - 1, false},
+		{q4, 1, false}, {q4, gemmMinVectors, false}, {q4, gemmManyVectors - 1, false},
 		{q4, gemmManyVectors, true}, {q4, 4096, true},
-		{down, gemmMinVectors - 1, false}, {down, gemmMinVectors, true}, {down, 100, true},
-		{q3, 4096, false}, {dense, 4096, true}, {dense, 2, false}, {dense, 16, true},
+		{down, gemmMinVectors, false}, {down, 100, true},
+		{big, gemmMinVectors - 1, false}, {big, gemmMinVectors, true},
+		{q3, 4096, false}, {dense, 4096, true}, {dense, 2, false}, {dense, 63, false}, {dense, 64, true},
 	} {
 		if got := useGemm(c.w, c.n); got != c.want {
 			t.Errorf("useGemm(q%d %dx%d, n=%d) = %v", c.w.Bits, c.w.Rows, c.w.Cols, c.n, got)
