@@ -22,14 +22,22 @@ func readRecording(t *testing.T, name string) string {
 	return string(b)
 }
 
-var conformanceTests = []string{"TestMatMulConformance", "TestRMSNormConformance", "TestSwiGLUConformance",
-	"TestMatMulManyVectors", "TestAllocFree", "TestNoSuchDevice"}
+// sanitizedTests run under each compute-sanitizer tool (testdata/cuda/device.sh's
+// SAN): every kernel at least once.
+var sanitizedTests = []string{"TestMatMulConformance", "TestRMSNormConformance", "TestSwiGLUConformance",
+	"TestMatMulManyVectors", "TestAllocFree", "TestNoSuchDevice",
+	"TestDeviceConformanceGPU", "TestLayerTinyModelsGPU", "TestGemmEachKernel", "TestGemmBaselineKernel"}
 
-// checkPassed checks a go test -v log: every conformance test passed (none
+// conformanceTests are the GPU tests of conformance.log: the sanitized ones,
+// the conformance suite's model half, and every gemm kernel at every shape.
+var conformanceTests = append(append([]string(nil), sanitizedTests...),
+	"TestModelsConformanceGPU", "TestGemmConformance")
+
+// checkPassed checks a go test -v log: every one of tests passed (none
 // skipped or failed), on a real device, compiling this tree's kernels.
-func checkPassed(t *testing.T, name, log string) {
+func checkPassed(t *testing.T, name, log string, tests []string) {
 	t.Helper()
-	for _, tn := range conformanceTests {
+	for _, tn := range tests {
 		if !strings.Contains(log, "--- PASS: "+tn+" ") {
 			t.Errorf("%s: %s did not pass", name, tn)
 		}
@@ -43,7 +51,7 @@ func checkPassed(t *testing.T, name, log string) {
 		t.Errorf("%s: the run did not end in PASS with exit status 0", name)
 	}
 	m := regexp.MustCompile(`device (NVIDIA .+), (NVRTC .+), kernel source sha256 ([0-9a-f]{64})\n`).FindAllStringSubmatch(log, -1)
-	if len(m) < len(conformanceTests) {
+	if len(m) < len(tests) {
 		t.Fatalf("%s: %d device lines, want one per conformance test", name, len(m))
 	}
 	for _, d := range m {
@@ -54,7 +62,7 @@ func checkPassed(t *testing.T, name, log string) {
 }
 
 func TestRecordedConformance(t *testing.T) {
-	checkPassed(t, "conformance.log", readRecording(t, "conformance.log"))
+	checkPassed(t, "conformance.log", readRecording(t, "conformance.log"), conformanceTests)
 }
 
 func TestRecordedSanitizers(t *testing.T) {
@@ -79,7 +87,7 @@ func TestRecordedSanitizers(t *testing.T) {
 				t.Errorf("%s: %s", name, line)
 			}
 		}
-		checkPassed(t, name, log)
+		checkPassed(t, name, log, sanitizedTests)
 	}
 }
 
@@ -90,5 +98,17 @@ func TestRecordedBandwidth(t *testing.T) {
 	}
 	if n := len(regexp.MustCompile(`gemv_q[48] .* = [0-9.]+x the copy bandwidth`).FindAllString(log, -1)); n != 3 {
 		t.Fatalf("bandwidth.log: %d matvec figures, want 3", n)
+	}
+}
+
+// The gemm rate recording: the baseline measured, every prefill shape's
+// ratio to it, and a clean exit.
+func TestRecordedGemmRate(t *testing.T) {
+	log := readRecording(t, "gemmrate.log")
+	if !strings.Contains(log, "exit status 0\n") || !regexp.MustCompile(`[0-9.]+ base-TFLOP/s`).MatchString(log) {
+		t.Fatal("gemmrate.log: no baseline rate or a failed run")
+	}
+	if n := len(regexp.MustCompile(`gemm_q4 n=4096 \[\d+, \d+\]: .* TFLOP/s = [0-9.]+x the baseline`).FindAllString(log, -1)); n != 4 {
+		t.Fatalf("gemmrate.log: %d q4 prefill figures, want 4", n)
 	}
 }

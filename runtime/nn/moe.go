@@ -129,18 +129,41 @@ func (d *MoE) Run(l int, xe Tensor, T, H int, r Routing, overlap func(), out Ten
 		for j, s := range group {
 			rows[j] = s / k
 		}
-		dev.GatherRows(x, xe, rows, H)
-		dev.MatMul(mats.Gate, g, x, n)
-		dev.MatMul(mats.Up, u, x, n)
+		// The copies in and out are skipped where they would be the
+		// identity or one contiguous block (decode: one token, each
+		// expert one slot), which changes no value.
+		in, out := x, y
+		if contiguous(rows) {
+			in = xe.Slice(rows[0]*H, (rows[0]+n)*H)
+		} else {
+			dev.GatherRows(x, xe, rows, H)
+		}
+		if contiguous(group) {
+			out = res.Slice(group[0]*H, (group[0]+n)*H)
+		}
+		dev.MatMul(mats.Gate, g, in, n)
+		dev.MatMul(mats.Up, u, in, n)
 		dev.GLU(d.Act, g, g, u, n*I)
-		dev.MatMul(mats.Down, y, g, n)
+		dev.MatMul(mats.Down, out, g, n)
 		if w != nil {
 			d.Experts.Release(w)
 		}
-		dev.ScatterRows(res, y, group, H)
+		if !contiguous(group) {
+			dev.ScatterRows(res, y, group, H)
+		}
 	}
 	dev.Combine(out, res, r.Wts, T, k, H)
 	return nil
+}
+
+// contiguous reports whether ix is i0, i0+1, i0+2, ...
+func contiguous(ix []int) bool {
+	for i, v := range ix {
+		if v != ix[0]+i {
+			return false
+		}
+	}
+	return len(ix) > 0
 }
 
 // Speculation is ForwardOptions.Speculate in one forward pass: its

@@ -9,7 +9,7 @@ set -u
 T=$PWD/.devcarry-cuda/cuda.test
 OUT=${OUT:-/tmp/cuda-out}
 mkdir -p "$OUT"
-cd "$(mktemp -d)" || exit 1 # the binary needs no source tree
+cd cuda || exit 1 # the layer tests read ../testdata/tiny
 export QPACK_CUDA_REQUIRE=1
 {
 	date -u
@@ -19,13 +19,20 @@ export QPACK_CUDA_REQUIRE=1
 	ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null
 	file "$T" 2>/dev/null
 } >"$OUT/env.log" 2>&1
-GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout)$'
-timeout 60 "$T" -test.v -test.count=1 -test.run "$GPU" >"$OUT/conformance.log" 2>&1
+GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel)$'
+timeout 240 "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout 235s >"$OUT/conformance.log" 2>&1
 echo "exit status $?" >>"$OUT/conformance.log"
+# The sanitizers over every kernel: the op tests, the layer conformance suite
+# (every layer kernel), one tiny model per architecture through the layer
+# device, and each gemm kernel once (the large conformance shapes would take
+# minutes under the tools).
+SAN='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|DeviceConformanceGPU|LayerTinyModelsGPU|GemmEachKernel|GemmBaselineKernel)$'
 for tool in memcheck racecheck synccheck initcheck; do
-	timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run "$GPU" >"$OUT/$tool.log" 2>&1
+	QPACK_CUDA_TINY_ONE=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run "$SAN" -test.timeout 145s >"$OUT/$tool.log" 2>&1
 	echo "exit status $?" >>"$OUT/$tool.log"
 done
 timeout 60 "$T" -test.v -test.run '^$' -test.bench MatVecBandwidth -test.benchtime 1x >"$OUT/bandwidth.log" 2>&1
 echo "exit status $?" >>"$OUT/bandwidth.log"
+timeout 120 "$T" -test.v -test.run '^$' -test.bench GemmRate -test.benchtime 1x -test.timeout 115s >"$OUT/gemmrate.log" 2>&1
+echo "exit status $?" >>"$OUT/gemmrate.log"
 tail -n 3 "$OUT"/*.log
