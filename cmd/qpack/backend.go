@@ -109,10 +109,17 @@ func selectBackend(name string) (runtime.Backend, error) {
 // "backend"): its name, the device, and for cuda what it launched and how
 // many calls fell back to the CPU after a device error.
 type backendInfo struct {
-	Name      string `json:"name"`
-	Device    string `json:"device,omitempty"`
-	Launches  int64  `json:"kernel_launches,omitempty"`
-	Fallbacks int64  `json:"cpu_fallbacks"`
+	Name     string `json:"name"`
+	Device   string `json:"device,omitempty"`
+	Launches int64  `json:"kernel_launches,omitempty"`
+	// Layers: the model's layers ran on the backend's own whole-layer
+	// device (activations, KV caches and states in device memory), not
+	// one product at a time from host memory.
+	Layers bool `json:"whole_layers"`
+	// HostLayerOps counts layer ops the device ran on the host because no
+	// kernel takes their shape (0 on the kernel path).
+	HostLayerOps int64 `json:"host_layer_ops"`
+	Fallbacks    int64 `json:"cpu_fallbacks"`
 }
 
 // describeBackend fills backendInfo from b, as it stands now.
@@ -120,9 +127,10 @@ func describeBackend(b runtime.Backend) *backendInfo {
 	switch b := b.(type) {
 	case *cuda.Backend:
 		st := b.Stats()
-		return &backendInfo{Name: "cuda", Device: b.Name(), Launches: st.Launches, Fallbacks: st.Fallbacks}
+		return &backendInfo{Name: "cuda", Device: b.Name(), Launches: st.Launches, Fallbacks: st.Fallbacks,
+			Layers: b.LayerDevice() != nil, HostLayerOps: st.HostOps}
 	case *metal.Backend:
-		return &backendInfo{Name: "metal", Device: b.Name()}
+		return &backendInfo{Name: "metal", Device: b.Name(), Layers: b.LayerDevice() != nil}
 	case nil:
 		return nil
 	}
@@ -130,11 +138,16 @@ func describeBackend(b runtime.Backend) *backendInfo {
 }
 
 // String is the summary's line, e.g. "cuda (NVIDIA H200 (sm_90, 132 SMs),
-// 812 kernel launches, 0 CPU fallbacks)".
+// whole layers on the device, 0 layer ops on the host, 812 kernel
+// launches, 0 CPU fallbacks)".
 func (i *backendInfo) String() string {
 	switch {
 	case i.Name == "cuda":
-		return fmt.Sprintf("cuda (%s, %d kernel launches, %d CPU fallbacks)", i.Device, i.Launches, i.Fallbacks)
+		how := "one product at a time"
+		if i.Layers {
+			how = fmt.Sprintf("whole layers on the device, %d layer ops on the host", i.HostLayerOps)
+		}
+		return fmt.Sprintf("cuda (%s, %s, %d kernel launches, %d CPU fallbacks)", i.Device, how, i.Launches, i.Fallbacks)
 	case i.Device != "":
 		return fmt.Sprintf("%s (%s)", i.Name, i.Device)
 	}

@@ -113,8 +113,8 @@ func checkBackend(t *testing.T, got *backendInfo, want string) {
 	if got == nil || got.Name != want {
 		t.Fatalf("ran on %+v, want %s", got, want)
 	}
-	if want == "cuda" && (got.Launches == 0 || got.Fallbacks != 0) {
-		t.Fatalf("cuda: %d kernel launches, %d CPU fallbacks", got.Launches, got.Fallbacks)
+	if want == "cuda" && (got.Launches == 0 || got.Fallbacks != 0 || !got.Layers || got.HostLayerOps != 0) {
+		t.Fatalf("cuda: %d kernel launches, %d CPU fallbacks, whole layers %v, %d layer ops on the host", got.Launches, got.Fallbacks, got.Layers, got.HostLayerOps)
 	}
 }
 
@@ -167,8 +167,9 @@ func deviceLogits(t *testing.T, be, dir, name string) {
 		verdict = "FAIL"
 		t.Errorf("%s: max |logit difference| %.3g (bound %.0e), greedy %s: %v against %v", name, worst, bound, greedy, got.Greedy, ref.Greedy)
 	}
-	fmt.Printf("RESULT logits model=%s backend=%s device=%q logits=%d max_abs_diff=%.3e bound=%.0e greedy=%s launches=%d fallbacks=%d %s\n",
-		name, be, got.Backend.Device, len(a), worst, bound, greedy, got.Backend.Launches, got.Backend.Fallbacks, verdict)
+	fmt.Printf("RESULT logits model=%s backend=%s device=%q logits=%d max_abs_diff=%.3e bound=%.0e greedy=%s launches=%d fallbacks=%d whole_layers=%v host_layer_ops=%d %s\n",
+		name, be, got.Backend.Device, len(a), worst, bound, greedy, got.Backend.Launches, got.Backend.Fallbacks,
+		got.Backend.Layers, got.Backend.HostLayerOps, verdict)
 }
 
 // generateRun is the part of generate --json this check reads.

@@ -94,6 +94,9 @@ func TestCUDACLIRecording(t *testing.T) {
 		if parseNumber(t, m, "logits", l["logits"]) == 0 || parseNumber(t, m, "launches", l["launches"]) == 0 || l["fallbacks"] != "0" {
 			t.Errorf("%s: %s logits, %s kernel launches, %s CPU fallbacks", m, l["logits"], l["launches"], l["fallbacks"])
 		}
+		if l["whole_layers"] != "true" || l["host_layer_ops"] != "0" {
+			t.Errorf("%s: whole layers %q, %q layer ops on the host: the layer path did not run on kernels", m, l["whole_layers"], l["host_layer_ops"])
+		}
 		if l["greedy"] != "identical" || ls[0].verdict != "PASS" {
 			t.Errorf("%s: logits greedy %s, %s", m, l["greedy"], ls[0].verdict)
 		}

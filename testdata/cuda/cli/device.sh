@@ -4,12 +4,13 @@
 #   D=.devcarry-backendcli
 #   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags=-s -o $D/qpack ./cmd/qpack
 #   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c -trimpath -ldflags=-s -o $D/cmd.test ./cmd/qpack
-#   cp testdata/cuda/cli/device.sh $D/
+#   gzip -9 $D/qpack $D/cmd.test; cp testdata/cuda/cli/device.sh $D/
 # and this runs on the GPU machine from the repository root, writing its logs
 # to $OUT (copied to testdata/cuda/cli/ afterwards, where
 # cmd/qpack/cuda_recording_test.go checks them). Every step has a time limit.
 set -u
 D=$PWD/.devcarry-backendcli
+for f in qpack cmd.test; do [ -f "$D/$f" ] || gunzip -k "$D/$f.gz"; done # they travel compressed
 TINY=$PWD/testdata/tiny # tracked, so the checkout has it
 OUT=${OUT:-/tmp/cuda-cli-out}
 mkdir -p "$OUT"
