@@ -24,7 +24,7 @@ func backendFlag() cli.Flag {
 	return &cli.StringFlag{Name: "backend", Value: "cpu",
 		Usage: "compute backend: " + backendChoices + ". cpu: pure Go, every platform; metal: Apple GPU, macOS; " +
 			"cuda: NVIDIA GPU, Linux (the driver and NVRTC are loaded at run time); " +
-			"auto: metal on macOS or cuda on Linux when a device opens, else cpu"}
+			"auto: metal on macOS or cuda on Linux when a device opens, else cpu. With cuda the GPU keeps its own expert cache beside --expert-cache: QPACK_CUDA_EXPERT_CACHE sets its size (default: half the free device memory)"}
 }
 
 // gpuOpeners open the GPU backends --backend names, returning the backend

@@ -188,6 +188,15 @@ func deviceGenerate(t *testing.T, be, dir, name string) {
 		t.Fatalf("repack: exit %d\n%s", code, stderr)
 	}
 	gen := func(budget string) generateRun {
+		// The GPU keeps its own expert cache (cuda's device cache, half
+		// the free device memory by default), which would serve every
+		// expert after its first read and hide the host cache: the small
+		// run gets a device cache as small as the host's, so both stream.
+		if budget == smallExpertCache {
+			t.Setenv("QPACK_CUDA_EXPERT_CACHE", smallExpertCache)
+		} else {
+			t.Setenv("QPACK_CUDA_EXPERT_CACHE", residentCache)
+		}
 		stdout, stderr, code := runMain(t, "generate", container, "--prompt", devicePrompt, "--no-chat-template",
 			"--max-new", "16", "--temperature", "0", "--expert-cache", budget, "--json", "--backend", be)
 		if code != 0 {
