@@ -187,16 +187,13 @@ func deviceGenerate(t *testing.T, be, dir, name string) {
 	if _, stderr, code := runMain(t, "repack", "--from-dir", dir, "--output", container, "--reserve", "-1"); code != 0 {
 		t.Fatalf("repack: exit %d\n%s", code, stderr)
 	}
-	gen := func(budget string) generateRun {
+	gen := func(budget, deviceCache string) generateRun {
 		// The GPU keeps its own expert cache (cuda's device cache, half
 		// the free device memory by default), which would serve every
-		// expert after its first read and hide the host cache: the small
-		// run gets a device cache as small as the host's, so both stream.
-		if budget == smallExpertCache {
-			t.Setenv("QPACK_CUDA_EXPERT_CACHE", smallExpertCache)
-		} else {
-			t.Setenv("QPACK_CUDA_EXPERT_CACHE", residentCache)
-		}
+		// expert after its first read and hide the host cache: the two
+		// runs compared for streaming turn it off ("0"), a third keeps
+		// the default and must give the same tokens.
+		t.Setenv("QPACK_CUDA_EXPERT_CACHE", deviceCache)
 		stdout, stderr, code := runMain(t, "generate", container, "--prompt", devicePrompt, "--no-chat-template",
 			"--max-new", "16", "--temperature", "0", "--expert-cache", budget, "--json", "--backend", be)
 		if code != 0 {
@@ -209,12 +206,13 @@ func deviceGenerate(t *testing.T, be, dir, name string) {
 		checkBackend(t, r.Backend, be)
 		return r
 	}
-	small, resident := gen(smallExpertCache), gen(residentCache)
+	small, resident, onDevice := gen(smallExpertCache, "0"), gen(residentCache, "0"), gen(smallExpertCache, "")
 	same := "identical"
 	verdict := "PASS"
-	if !slices.Equal(small.Tokens, resident.Tokens) || len(small.Tokens) == 0 {
+	if !slices.Equal(small.Tokens, resident.Tokens) || !slices.Equal(small.Tokens, onDevice.Tokens) || len(small.Tokens) == 0 {
 		same, verdict = "different", "FAIL"
-		t.Errorf("%s: %v with a %s expert cache, %v with every expert resident", name, small.Tokens, smallExpertCache, resident.Tokens)
+		t.Errorf("%s: %v with a %s expert cache, %v with every expert resident, %v with the device's expert cache", name,
+			small.Tokens, smallExpertCache, resident.Tokens, onDevice.Tokens)
 	}
 	if small.HitRate >= resident.HitRate {
 		verdict = "FAIL"
