@@ -77,7 +77,11 @@ func TestDescribeBackend(t *testing.T) {
 		t.Error("nil backend described")
 	}
 	i := &backendInfo{Name: "cuda", Device: "NVIDIA H200 (sm_90, 132 SMs)", Launches: 7, Fallbacks: 1}
-	if got, want := i.String(), "cuda (NVIDIA H200 (sm_90, 132 SMs), 7 kernel launches, 1 CPU fallbacks)"; got != want {
+	if got, want := i.String(), "cuda (NVIDIA H200 (sm_90, 132 SMs), one product at a time, 7 kernel launches, 1 CPU fallbacks)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	i.Layers, i.HostLayerOps, i.Fallbacks = true, 2, 0
+	if got, want := i.String(), "cuda (NVIDIA H200 (sm_90, 132 SMs), whole layers on the device, 2 layer ops on the host, 7 kernel launches, 0 CPU fallbacks)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if got := (&backendInfo{Name: "metal", Device: "Apple M3"}).String(); got != "metal (Apple M3)" {
