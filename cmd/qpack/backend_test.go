@@ -8,6 +8,8 @@ import (
 	"github.com/qpack-go/qpack/cuda"
 	"github.com/qpack-go/qpack/metal"
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/nn"
+	"github.com/qpack-go/qpack/runtime/runner"
 )
 
 func TestSelectBackend(t *testing.T) {
@@ -86,5 +88,33 @@ func TestDescribeBackend(t *testing.T) {
 	}
 	if got := (&backendInfo{Name: "metal", Device: "Apple M3"}).String(); got != "metal (Apple M3)" {
 		t.Errorf("metal: %q", got)
+	}
+}
+
+// layeredStub is a backend with a whole-layer device (a GPU's shape).
+type layeredStub struct{ runtime.CPU }
+
+func (layeredStub) LayerDevice() nn.Device { return nn.HostDevice{} }
+
+type chunkFlags struct {
+	set bool
+	n   int
+}
+
+func (f chunkFlags) IsSet(string) bool { return f.set }
+func (f chunkFlags) Int(string) int    { return f.n }
+
+// Without --prefill-chunk a GPU that runs whole layers gets the larger
+// chunk; the CPU keeps the runner's default; a given flag always wins.
+func TestPrefillChunkDefault(t *testing.T) {
+	def := chunkFlags{n: runner.DefaultPrefillChunk}
+	if got := prefillChunk(def, runtime.CPU{}); got != runner.DefaultPrefillChunk {
+		t.Errorf("cpu: %d", got)
+	}
+	if got := prefillChunk(def, layeredStub{}); got != gpuPrefillChunk {
+		t.Errorf("gpu: %d, want %d", got, gpuPrefillChunk)
+	}
+	if got := prefillChunk(chunkFlags{set: true, n: 64}, layeredStub{}); got != 64 {
+		t.Errorf("gpu with --prefill-chunk 64: %d", got)
 	}
 }

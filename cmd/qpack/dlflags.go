@@ -45,6 +45,10 @@ func parseLateFlags(c *cli.Context) (*lateFlags, error) {
 
 func (l *lateFlags) Args() []string { return l.pos }
 
+// IsSet reports whether the flag was given, before or after the
+// positional arguments.
+func (l *lateFlags) IsSet(name string) bool { return l.seen[name] || l.c.IsSet(name) }
+
 func (l *lateFlags) late(name string) (flag.Getter, bool) {
 	if !l.seen[name] {
 		return nil, false

@@ -48,7 +48,7 @@ func init() {
 			&cli.BoolFlag{Name: "keep-think", Usage: "keep <think>…</think> inline in the content instead of reasoning_content"},
 			&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 			&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered or direct"},
-			&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass (saved states fall on multiples of it)"},
+			&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass; saved states fall on multiples of it (default 1024 on a GPU that runs whole layers)"},
 			&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed ahead during decode (auto, off or N)"},
 			&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 			backendFlag(),
@@ -162,6 +162,7 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 		return nil, err // its exit code: 2 for no device, 1 for a failure
 	}
 	s.run.opts.Backend = s.run.backend
+	s.run.opts.PrefillChunk = prefillChunk(l, s.run.backend)
 	if l.Bool("verify-experts") {
 		check, closeFn, err := expertVerifier(model)
 		if err != nil {
