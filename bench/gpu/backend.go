@@ -81,7 +81,7 @@ func setDeviceCache(b runtime.Backend, n int64) string {
 func matMulRate(b runtime.Backend) (float64, string) {
 	m, ok := b.(matMulRater)
 	if !ok {
-		return 0, "not measured: this build's backend has no MeasureMatMulRate (branch gemm)"
+		return 0, "not measured: this backend has no MeasureMatMulRate"
 	}
 	r, err := m.MeasureMatMulRate()
 	if err != nil {
