@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -39,7 +40,22 @@ const expertCacheEnv = "QPACK_CUDA_EXPERT_CACHE"
 // by default, measured when the first expert arrives.
 const defaultExpertFraction = 2
 
-type expertKey struct{ layer, expert int }
+// expertKey names a cached expert: its source (one per model) and its
+// number.
+type expertKey struct {
+	src           any
+	layer, expert int
+}
+
+// keyOf is the cache key of src's expert; ok is false for a source that
+// cannot be a map key (a value of a type that is not comparable), whose
+// experts are then not cached.
+func keyOf(src nn.ExpertSource, layer, expert int) (expertKey, bool) {
+	if src == nil || !reflect.TypeOf(src).Comparable() {
+		return expertKey{}, false
+	}
+	return expertKey{src, layer, expert}, true
+}
 
 type expertSlot struct {
 	key  expertKey
@@ -209,7 +225,7 @@ func sameShape(a, b mlxq.Matrix) bool {
 }
 
 // Expert implements nn.Device.
-func (l *Layer) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
+func (l *Layer) Expert(src nn.ExpertSource, w *nn.ExpertWeights) (nn.ExpertMats, error) {
 	ms := [3]mlxq.Matrix{w.Gate, w.Up, w.Down}
 	for _, m := range ms {
 		if err := checkMatrix(m); err != nil {
@@ -222,14 +238,18 @@ func (l *Layer) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
 		return nn.ExpertMats{}, l.err
 	}
 	c := &l.experts
-	key := expertKey{w.Layer, w.Expert}
+	key, cacheable := keyOf(src, w.Layer, w.Expert)
+	if !cacheable {
+		// A slot of its own, never found again: the LRU reclaims it.
+		key = expertKey{src: new(byte), layer: w.Layer, expert: w.Expert}
+	}
 	if s, hit := c.slots[key]; hit {
 		if sameShape(s.mats.Gate.W, w.Gate) && sameShape(s.mats.Up.W, w.Up) && sameShape(s.mats.Down.W, w.Down) {
 			c.touch(s)
 			l.b.stats.ExpertHits++
 			return s.mats, nil
 		}
-		c.evict(l, s) // another model's expert of the same number
+		c.evict(l, s) // the same source with other shapes: a changed model
 	}
 	var size int64
 	for _, m := range ms {
@@ -333,13 +353,17 @@ func (l *Layer) copyExpert(p devptr, ms [3]mlxq.Matrix, reused bool) (nn.ExpertM
 }
 
 // CachedExpert implements nn.Device: the device cache's copy, if held.
-func (l *Layer) CachedExpert(layer, expert int) (nn.ExpertMats, bool) {
+func (l *Layer) CachedExpert(src nn.ExpertSource, layer, expert int) (nn.ExpertMats, bool) {
+	key, cacheable := keyOf(src, layer, expert)
+	if !cacheable {
+		return nn.ExpertMats{}, false
+	}
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
 		return nn.ExpertMats{}, false
 	}
-	s, hit := l.experts.slots[expertKey{layer, expert}]
+	s, hit := l.experts.slots[key]
 	if !hit {
 		return nn.ExpertMats{}, false
 	}

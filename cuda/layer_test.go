@@ -474,7 +474,7 @@ func TestLayerErrors(t *testing.T) {
 	if err := l.Route(nn.NewRouting(1, 1), y, 1, 16, true); err == nil {
 		t.Fatal("Route after an error succeeded")
 	}
-	if _, err := l.Expert(&nn.ExpertWeights{Gate: m, Up: m, Down: m}); err == nil {
+	if _, err := l.Expert(testSrc, &nn.ExpertWeights{Gate: m, Up: m, Down: m}); err == nil {
 		t.Fatal("Expert after an error succeeded")
 	}
 	if err := l.EndPass(); err == nil {
@@ -544,7 +544,7 @@ func TestLayerExpertCache(t *testing.T) {
 	f.log = true
 	for _, w := range ws[:2] {
 		f.calls = nil
-		mats, err := l.Expert(w)
+		mats, err := l.Expert(testSrc, w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -563,14 +563,14 @@ func TestLayerExpertCache(t *testing.T) {
 	if s := b.Stats(); s.ExpertMisses != 2 || s.ExpertBytes != 2*(size-3*0) && s.ExpertBytes <= 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	if mats, ok := l.CachedExpert(0, 1); !ok {
+	if mats, ok := l.CachedExpert(testSrc, 0, 1); !ok {
 		t.Fatal("CachedExpert missed a held expert")
 	} else {
 		use(ws[1], mats)
 	}
 	// Both slots are in use in this generation: a third expert goes over
 	// budget instead of evicting.
-	if _, err := l.Expert(ws[2]); err != nil {
+	if _, err := l.Expert(testSrc, ws[2]); err != nil {
 		t.Fatal(err)
 	}
 	if s := b.Stats(); s.ExpertEvicts != 0 {
@@ -579,10 +579,10 @@ func TestLayerExpertCache(t *testing.T) {
 	if err := l.EndPass(); err != nil { // shrinks to two slots: (0,0) goes
 		t.Fatal(err)
 	}
-	if _, ok := l.CachedExpert(0, 0); ok {
+	if _, ok := l.CachedExpert(testSrc, 0, 0); ok {
 		t.Fatal("the least recently used expert survived the shrink")
 	}
-	if _, ok := l.CachedExpert(1, 0); !ok {
+	if _, ok := l.CachedExpert(testSrc, 1, 0); !ok {
 		t.Fatal("a recent expert was dropped")
 	}
 	if err := l.Flush(); err != nil { // (1,0) is no longer in use
@@ -591,7 +591,7 @@ func TestLayerExpertCache(t *testing.T) {
 	// (0,1) is the least recently used now: its slot is reused, after the
 	// copy stream waited for the compute stream.
 	f.calls = nil
-	mats, err := l.Expert(ws[0])
+	mats, err := l.Expert(testSrc, ws[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,8 +600,12 @@ func TestLayerExpertCache(t *testing.T) {
 	if !strings.Contains(log, "record2 0 wait1 2") || strings.Contains(log, "memAlloc") {
 		t.Fatalf("slot reuse: %v", f.calls)
 	}
-	if _, ok := l.CachedExpert(0, 1); ok {
+	if _, ok := l.CachedExpert(testSrc, 0, 1); ok {
 		t.Fatal("the evicted expert is still cached")
+	}
+	// Another source (another model on this backend) never sees these.
+	if _, ok := l.CachedExpert(&nullSource{}, 0, 0); ok {
+		t.Fatal("another source's expert served from the cache")
 	}
 	if s := b.Stats(); s.ExpertEvicts != 2 || s.ExpertHits != 2 || s.ExpertMisses != 4 {
 		t.Fatalf("stats %+v", s)
@@ -769,3 +773,11 @@ func TestExpertBudget(t *testing.T) {
 		t.Fatalf("budget %d with a bad %s (want the default)", c.budget, expertCacheEnv)
 	}
 }
+
+// testSrc is the expert source identity of the expert-cache tests.
+var testSrc nn.ExpertSource = &nullSource{}
+
+type nullSource struct{ _ byte }
+
+func (*nullSource) Expert(int, int) (*nn.ExpertWeights, error) { panic("nullSource.Expert") }
+func (*nullSource) Release(*nn.ExpertWeights)                  {}

@@ -629,7 +629,7 @@ func (d *Device) Indices(ix []int32) (nn.Index, error) {
 // Expert implements nn.Device: the expert's bytes are copied into pass
 // memory (the source may reuse them once the work is queued; the GPU reads
 // them later), valid until EndPass.
-func (d *Device) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
+func (d *Device) Expert(_ nn.ExpertSource, w *nn.ExpertWeights) (nn.ExpertMats, error) {
 	for _, m := range []mlxq.Matrix{w.Gate, w.Up, w.Down} {
 		if err := checkMatrix(m); err != nil {
 			return nn.ExpertMats{}, fmt.Errorf("metal: Expert: %w", err)
@@ -655,7 +655,9 @@ func (d *Device) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
 
 // CachedExpert implements nn.Device: the Device keeps no expert cache of
 // its own (the runner's cache already lies in Alloc memory).
-func (d *Device) CachedExpert(int, int) (nn.ExpertMats, bool) { return nn.ExpertMats{}, false }
+func (d *Device) CachedExpert(nn.ExpertSource, int, int) (nn.ExpertMats, bool) {
+	return nn.ExpertMats{}, false
+}
 
 // close releases the pass memory (the backend is closing).
 func (d *Device) close() {

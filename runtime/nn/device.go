@@ -75,16 +75,18 @@ type Device interface {
 	// Indices is Resident for a vector of element indices (Gather).
 	Indices(ix []int32) (Index, error)
 
-	// Expert makes a routed expert's matrices available until the next
-	// EndPass. When it returns, the device no longer reads w's bytes unless
-	// it runs every queued op before returning from the op (HostDevice),
-	// so the caller may Release w right after queuing the work that uses
-	// the result.
-	Expert(w *ExpertWeights) (ExpertMats, error)
-	// CachedExpert returns layer's expert from the device's own cache of
-	// experts, when it keeps one and holds it: the expert source need not
-	// be asked.
-	CachedExpert(layer, expert int) (ExpertMats, bool)
+	// Expert makes a routed expert of src (the source w came from) available
+	// until the end of the layer (the next Flush). When it returns, the
+	// device no longer reads w's bytes unless it runs every queued op before
+	// returning from the op (HostDevice), so the caller may Release w right
+	// after queuing the work that uses the result.
+	Expert(src ExpertSource, w *ExpertWeights) (ExpertMats, error)
+	// CachedExpert returns src's expert of a layer from the device's own
+	// cache of experts, when it keeps one and holds it: the expert source
+	// need not be asked. A cache keys experts by (src, layer, expert), so
+	// two models on one device never share an entry; a src whose dynamic
+	// type is not comparable is not cached.
+	CachedExpert(src ExpertSource, layer, expert int) (ExpertMats, bool)
 
 	// NewKV returns an empty KV cache for an attention layer (see KVCache
 	// for widths and Window).

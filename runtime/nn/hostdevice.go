@@ -82,12 +82,14 @@ func (HostDevice) Indices(ix []int32) (Index, error) { return Index{Host: ix}, n
 
 // Expert implements Device: the products read w's bytes when they are
 // called, so w may be released once they have been.
-func (HostDevice) Expert(w *ExpertWeights) (ExpertMats, error) {
+func (HostDevice) Expert(_ ExpertSource, w *ExpertWeights) (ExpertMats, error) {
 	return ExpertMats{Gate: Mat{W: w.Gate}, Up: Mat{W: w.Up}, Down: Mat{W: w.Down}}, nil
 }
 
 // CachedExpert implements Device: the host device keeps no cache of its own.
-func (HostDevice) CachedExpert(int, int) (ExpertMats, bool) { return ExpertMats{}, false }
+func (HostDevice) CachedExpert(ExpertSource, int, int) (ExpertMats, bool) {
+	return ExpertMats{}, false
+}
 
 // NewKV implements Device.
 func (HostDevice) NewKV(kWidth, vWidth, window int) (KVState, error) {

@@ -88,7 +88,7 @@ func (d *MoE) Run(l int, xe Tensor, T, H int, r Routing, overlap func(), out Ten
 	have := make([]bool, len(used))
 	read := make([]int, 0, len(used))
 	for i, e := range used {
-		if held[i], have[i] = dev.CachedExpert(l, e); !have[i] {
+		if held[i], have[i] = dev.CachedExpert(d.Experts, l, e); !have[i] {
 			read = append(read, e)
 		}
 	}
@@ -115,7 +115,7 @@ func (d *MoE) Run(l int, xe Tensor, T, H int, r Routing, overlap func(), out Ten
 			if w, err = d.Experts.Expert(l, e); err != nil {
 				return fmt.Errorf("layer %d: %w", l, err)
 			}
-			if mats, err = dev.Expert(w); err != nil {
+			if mats, err = dev.Expert(d.Experts, w); err != nil {
 				d.Experts.Release(w)
 				return fmt.Errorf("layer %d expert %d: %w", l, e, err)
 			}

@@ -73,7 +73,8 @@ func testExpert(t *testing.T, dev nn.Device, tol Tolerances) {
 		bound := tol.MatMul + 4*tol.Elementwise
 		name := fmt.Sprintf("expert q%dg%d", q.bits, q.group)
 
-		mats, err := dev.Expert(e.w)
+		src, elsewhere := &testSource{}, &testSource{}
+		mats, err := dev.Expert(src, e.w)
 		if err != nil {
 			t.Fatalf("%s: Expert: %v", name, err)
 		}
@@ -82,7 +83,10 @@ func testExpert(t *testing.T, dev nn.Device, tol Tolerances) {
 		within(t, name+" with its bytes overwritten after queuing", get(t, dev, y), want, mag, bound)
 		endPass(t, dev)
 
-		if cm, ok := dev.CachedExpert(3, 5+q.bits); ok {
+		if _, ok := dev.CachedExpert(elsewhere, 3, 5+q.bits); ok {
+			t.Fatalf("%s: the device's cache serves another source's expert (another model's)", name)
+		}
+		if cm, ok := dev.CachedExpert(src, 3, 5+q.bits); ok {
 			y := queueExpert(dev, cm, put(dev, x), n)
 			within(t, name+" from the device's cache", get(t, dev, y), want, mag, bound)
 			endPass(t, dev)
@@ -164,3 +168,13 @@ func testDeterminism(t *testing.T, dev nn.Device, _ Tolerances) {
 		}
 	}
 }
+
+// testSource is an expert source identity for the device's expert cache;
+// the suite hands experts to the device itself, so it is never asked.
+type testSource struct{ _ byte }
+
+func (*testSource) Expert(layer, expert int) (*nn.ExpertWeights, error) {
+	panic("devicetest: testSource.Expert called")
+}
+
+func (*testSource) Release(*nn.ExpertWeights) {}

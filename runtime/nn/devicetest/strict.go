@@ -304,7 +304,7 @@ func (d *Strict) Indices(ix []int32) (nn.Index, error) {
 
 // Expert implements nn.Device: the matrices' bytes are copied now, so the
 // source may reuse them at once.
-func (d *Strict) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
+func (d *Strict) Expert(_ nn.ExpertSource, w *nn.ExpertWeights) (nn.ExpertMats, error) {
 	d.enter()
 	defer d.exit()
 	cp := func(m mlxq.Matrix) nn.Mat {
@@ -317,7 +317,9 @@ func (d *Strict) Expert(w *nn.ExpertWeights) (nn.ExpertMats, error) {
 }
 
 // CachedExpert implements nn.Device: Strict keeps no cache.
-func (d *Strict) CachedExpert(int, int) (nn.ExpertMats, bool) { return nn.ExpertMats{}, false }
+func (d *Strict) CachedExpert(nn.ExpertSource, int, int) (nn.ExpertMats, bool) {
+	return nn.ExpertMats{}, false
+}
 
 // MatMul implements nn.Device.
 func (d *Strict) MatMul(w nn.Mat, y, x nn.Tensor, n int) {

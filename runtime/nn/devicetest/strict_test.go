@@ -126,7 +126,7 @@ func TestStrictCatches(t *testing.T) {
 	t.Run("experts", func(t *testing.T) {
 		r := rng(3)
 		e := newExpert(0, 1, randQuant(r, 64, 32, 4, 32, mlxq.BF16), randQuant(r, 64, 32, 4, 32, mlxq.BF16), randQuant(r, 32, 64, 4, 32, mlxq.BF16))
-		mats, _ := d.Expert(e.w)
+		mats, _ := d.Expert(nil, e.w)
 		clear(e.w.Buf) // released and reused before the work was even queued
 		x := randF32(r, 32, 1)
 		y := queueExpert(d, mats, put(d, x), 1)
