@@ -12,8 +12,8 @@ set -u
 T=$PWD/.devcarry-cuda/cuda.test
 [ -f "$T" ] || gunzip -k "$T.gz" # the binary travels compressed
 OUT=${OUT:-/tmp/cuda-out}
-TOOLS=${TOOLS:-memcheck racecheck synccheck initcheck}
-PARTS=${PARTS:-env conformance bandwidth gemmrate}
+TOOLS=${TOOLS-memcheck racecheck synccheck initcheck} # TOOLS="" runs none
+PARTS=${PARTS-env conformance bandwidth gemmrate}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 cd cuda || exit 1 # the layer tests read ../testdata/tiny
