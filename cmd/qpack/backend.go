@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/qpack-go/qpack/cuda"
 	"github.com/qpack-go/qpack/metal"
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/expertcache"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
@@ -25,7 +27,7 @@ func backendFlag() cli.Flag {
 	return &cli.StringFlag{Name: "backend", Value: "cpu",
 		Usage: "compute backend: " + backendChoices + ". cpu: pure Go, every platform; metal: Apple GPU, macOS; " +
 			"cuda: NVIDIA GPU, Linux (the driver and NVRTC are loaded at run time); " +
-			"auto: metal on macOS or cuda on Linux when a device opens, else cpu. With cuda the GPU keeps its own expert cache beside --expert-cache: QPACK_CUDA_EXPERT_CACHE sets its size (default: half the free device memory)"}
+			"auto: metal on macOS or cuda on Linux when a device opens, else cpu. With cuda the GPU keeps its own expert cache beside --expert-cache (--gpu-expert-cache)"}
 }
 
 // gpuOpeners open the GPU backends --backend names, returning the backend
@@ -178,6 +180,31 @@ func prefillChunk(l interface {
 		}
 	}
 	return l.Int("prefill-chunk")
+}
+
+// applyGPUExpertCache sets --gpu-expert-cache on a backend that keeps a
+// device expert cache (cuda); "auto" leaves its default. Given with another
+// backend, it is a usage error (exit 2): nothing would honour it.
+func applyGPUExpertCache(v string, be runtime.Backend) error {
+	if v == "" || v == "auto" {
+		return nil
+	}
+	var n int64
+	if strings.TrimSpace(v) != "0" {
+		var err error
+		if n, err = expertcache.ParseSize(v); err != nil {
+			return withCode(exitUsage, fmt.Errorf("--gpu-expert-cache: %w", err))
+		}
+	}
+	c, ok := be.(interface{ SetExpertCacheBytes(int64) })
+	if !ok {
+		return withCode(exitUsage, fmt.Errorf("--gpu-expert-cache %s: the %s backend keeps no expert cache of its own (only cuda does)", v, describeBackend(be).Name))
+	}
+	if n == 0 {
+		n = -1 // SetExpertCacheBytes: negative keeps nothing, 0 is the default
+	}
+	c.SetExpertCacheBytes(n)
+	return nil
 }
 
 // closeBackend releases what selectBackend opened, saying first if a GPU

@@ -118,3 +118,45 @@ func TestPrefillChunkDefault(t *testing.T) {
 		t.Errorf("gpu with --prefill-chunk 64: %d", got)
 	}
 }
+
+// cacheStub records SetExpertCacheBytes (cuda's device expert cache).
+type cacheStub struct {
+	runtime.CPU
+	n   int64
+	set bool
+}
+
+func (c *cacheStub) SetExpertCacheBytes(n int64) { c.n, c.set = n, true }
+
+// --gpu-expert-cache reaches a backend with a device expert cache ("0":
+// none, which its API spells negative), leaves it alone for auto, and is a
+// usage error with a backend that has none or with a bad size.
+func TestGPUExpertCacheFlag(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want int64
+		set  bool
+	}{{"auto", 0, false}, {"", 0, false}, {"0", -1, true}, {"2GiB", 2 << 30, true}} {
+		s := &cacheStub{}
+		if err := applyGPUExpertCache(c.v, s); err != nil {
+			t.Fatalf("%q: %v", c.v, err)
+		}
+		if s.set != c.set || s.n != c.want {
+			t.Errorf("%q: set %v to %d, want %v %d", c.v, s.set, s.n, c.set, c.want)
+		}
+	}
+	for _, c := range []struct {
+		v  string
+		be runtime.Backend
+	}{{"1GiB", runtime.CPU{}}, {"lots", &cacheStub{}}} {
+		err := applyGPUExpertCache(c.v, c.be)
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--gpu-expert-cache") {
+			t.Errorf("%q on %T: %v (exit %d)", c.v, c.be, err, exitCode(err))
+		}
+	}
+	// From the CLI: refused before the model is loaded.
+	_, stderr, code := runMain(t, "generate", "../../testdata/tiny/qwen3_next-q4g64", "--prompt", "hi", "--gpu-expert-cache", "1GiB")
+	if code != exitUsage || !strings.Contains(stderr, "only cuda does") {
+		t.Errorf("generate --gpu-expert-cache on cpu: exit %d\n%s", code, stderr)
+	}
+}

@@ -47,6 +47,7 @@ func init() {
 			&cli.StringFlag{Name: "prefix-cache", Value: "1GiB", Usage: "bytes of saved decode states for prefix reuse (0: off)"},
 			&cli.BoolFlag{Name: "keep-think", Usage: "keep <think>…</think> inline in the content instead of reasoning_content"},
 			&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
+			&cli.StringFlag{Name: "gpu-expert-cache", Value: "auto", Usage: "with --backend cuda: the GPU's own expert cache, e.g. 8GiB, beside --expert-cache; 0: none (every expert copied in each time); auto: $QPACK_CUDA_EXPERT_CACHE, else half the free device memory"},
 			&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered or direct"},
 			&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass; saved states fall on multiples of it (default 1024 on a GPU that runs whole layers)"},
 			&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed ahead during decode (auto, off or N)"},
@@ -163,6 +164,10 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 	}
 	s.run.opts.Backend = s.run.backend
 	s.run.opts.PrefillChunk = prefillChunk(l, s.run.backend)
+	if err := applyGPUExpertCache(l.String("gpu-expert-cache"), s.run.backend); err != nil {
+		closeBackend(s.run.backend)
+		return nil, err
+	}
 	if l.Bool("verify-experts") {
 		check, closeFn, err := expertVerifier(model)
 		if err != nil {
