@@ -61,10 +61,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	norm := func(y, x nn.Tensor, w []float32, rows int) {
 		dev.RMSNorm(y, x, b.V(w), nn.NormSpec{Rows: rows, Width: H, Eps: m.eps})
 	}
-	var spec *nn.Speculation
-	if s := nn.NewSpeculation(env.Experts, opt.Speculate, E); s != nil {
-		spec = s
-	}
+	spec := nn.NewSpeculation(env.Experts, opt.Speculate, E)
 	moe := &nn.MoE{Device: dev, Experts: env.Experts, Act: nn.GELUTanhGate}
 	var hook []float32
 	for l, ly := range m.layers {
