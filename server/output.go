@@ -35,16 +35,20 @@ type event struct {
 // start of a tag, so no tag is ever split across the events; tags are
 // ASCII, so a held-back tail never splits a UTF-8 character either.
 type outputParser struct {
-	think    bool // split reasoning out (else it stays inline)
-	tools    bool // parse tool calls
-	mode     int
-	pending  string
-	trimNL   bool            // drop newlines at the start of what follows a tag
-	block    strings.Builder // the body of the open <tool_call>
-	calls    int
-	after    strings.Builder // text after a tool call, held until it is more than whitespace
-	newID    func() string
-	sawThink bool
+	think   bool // split reasoning out (else it stays inline)
+	tools   bool // parse tool calls
+	mode    int
+	pending string
+	trimNL  bool            // drop newlines at the start of what follows a tag
+	block   strings.Builder // the body of the open <tool_call>
+	calls   int
+	// afterCall: the last thing out was a tool call; the text that follows
+	// is held in after until it is more than whitespace (whitespace between
+	// and after calls is not content, text after them is, all of it).
+	afterCall bool
+	after     strings.Builder
+	newID     func() string
+	sawThink  bool
 }
 
 const (
@@ -144,15 +148,16 @@ func (p *outputParser) text(out []event, s string) []event {
 		p.block.WriteString(s)
 		return out
 	}
-	if p.calls > 0 {
+	if p.afterCall {
 		// Between and after tool calls only text that is more than
-		// whitespace is content.
+		// whitespace is content; once some is, what follows is too.
 		p.after.WriteString(s)
 		if strings.TrimSpace(p.after.String()) == "" {
 			return out
 		}
 		s = p.after.String()
 		p.after.Reset()
+		p.afterCall = false
 	}
 	return append(out, event{content: s})
 }
@@ -167,12 +172,18 @@ func (p *outputParser) endTool(out []event, unterminated bool) []event {
 		if name, args, ok := parseToolCall(body); ok {
 			p.calls++
 			p.after.Reset()
+			p.afterCall = true
 			return append(out, event{call: &ToolCall{ID: p.newID(), Name: name, Arguments: args}})
 		}
 	}
 	raw := toolOpen + body
 	if !unterminated {
 		raw += toolClose
+	}
+	if p.afterCall { // the whitespace held since the last call comes first
+		raw = p.after.String() + raw
+		p.after.Reset()
+		p.afterCall = false
 	}
 	return append(out, event{content: raw})
 }
