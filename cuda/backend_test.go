@@ -52,6 +52,14 @@ const matTol = 1e-4
 
 func checkMatMul(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n int) {
 	t.Helper()
+	checkMatMulWithin(t, what, m, x, got, n, matTol)
+}
+
+// checkMatMulWithin checks got against the CPU's product within tol x
+// sum_k |w x| per output and returns the largest ratio |d| / sum_k |w x|
+// seen. An output never written (NaN) fails.
+func checkMatMulWithin(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n int, tol float64) float64 {
+	t.Helper()
 	want := make([]float32, n*m.Rows)
 	runtime.CPU{}.MatMul(m, want, x, n)
 	var w []float32
@@ -61,7 +69,7 @@ func checkMatMul(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n i
 		w = make([]float32, m.Rows*m.Cols)
 		mlxq.DecodeFloats(w, m.Weight, m.Type)
 	}
-	bad := 0
+	worst, bad := 0.0, 0
 	for v := range n {
 		for r := range m.Rows {
 			var mag float64
@@ -69,13 +77,18 @@ func checkMatMul(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n i
 				mag += math.Abs(float64(w[r*m.Cols+j]) * float64(x[v*m.Cols+j]))
 			}
 			g, e := got[v*m.Rows+r], want[v*m.Rows+r]
-			if d := math.Abs(float64(g) - float64(e)); !(d <= matTol*mag) {
+			d := math.Abs(float64(g) - float64(e))
+			if !(d <= tol*mag) {
 				if bad++; bad <= 5 {
-					t.Errorf("%s: y[%d][%d] = %g, CPU %g (|d| %.3g > %.3g)", what, v, r, g, e, d, matTol*mag)
+					t.Errorf("%s: y[%d][%d] = %g, CPU %g (|d| %.3g > %.3g)", what, v, r, g, e, d, tol*mag)
 				}
+			}
+			if mag > 0 {
+				worst = max(worst, d/mag)
 			}
 		}
 	}
+	return worst
 }
 
 // sourceHash identifies the kernel source a recorded run compiled.

@@ -321,7 +321,7 @@ var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention":
 
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
 // as layer_kernels.go lays it out (device addresses, then 32-bit fields)
-// and computes with nn.HostDevice's arithmetic (attention: hostAttend), so
+// and computes with nn.HostDevice's arithmetic (attention: nn.AttendRows), so
 // the Layer's kernel path is checked for the addresses and extents it
 // passes, bit for bit against the CPU. (The kernels' own arithmetic is the
 // GPU tests' and internal/gpukernels' concern.)
@@ -375,7 +375,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			rows = min(pos, win)
 		}
 		d := nn.AttnDims{Heads: heads, KVHeads: kvh, HeadDim: hd, QStride: qs, VDim: vd, Scale: scale}
-		hostAttend(view(ptr(0), nt*heads*vd), view(ptr(1), nt*heads*qs), view(ptr(2), nt*kw), view(ptr(3), nt*vw),
+		nn.AttendRows(view(ptr(0), nt*heads*vd), view(ptr(1), nt*heads*qs), view(ptr(2), nt*kw), view(ptr(3), nt*vw),
 			view(ptr(4), rows*kw), view(ptr(5), rows*vw), pos, nt, win, kw, vw, d)
 	case "deltanet_conv":
 		f.conv = append([]byte(nil), p...) // run with deltanet_rec

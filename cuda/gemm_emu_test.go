@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
 )
 
@@ -80,42 +79,6 @@ func runEmu(t *testing.T, bin, kernel string, m mlxq.Matrix, xb []byte, n int) [
 	return y
 }
 
-// checkAgainstCPU is checkMatMul with a bound of tol x sum_k |w x|; it
-// returns the largest ratio |d| / sum_k |w x| seen. An output the kernel
-// never wrote is NaN (the emulator's initial value) and fails.
-func checkAgainstCPU(t *testing.T, what string, m mlxq.Matrix, x, got []float32, n int, tol float64) float64 {
-	t.Helper()
-	want := make([]float32, n*m.Rows)
-	runtime.CPU{}.MatMul(m, want, x, n)
-	var w []float32
-	if m.Bits > 0 {
-		w = m.Dequantize()
-	} else {
-		w = make([]float32, m.Rows*m.Cols)
-		mlxq.DecodeFloats(w, m.Weight, m.Type)
-	}
-	worst, bad := 0.0, 0
-	for v := range n {
-		for r := range m.Rows {
-			var mag float64
-			for j := range m.Cols {
-				mag += math.Abs(float64(w[r*m.Cols+j]) * float64(x[v*m.Cols+j]))
-			}
-			g, e := got[v*m.Rows+r], want[v*m.Rows+r]
-			d := math.Abs(float64(g) - float64(e))
-			if !(d <= tol*mag) {
-				if bad++; bad <= 5 {
-					t.Errorf("%s: y[%d][%d] = %g, CPU %g (|d| %.3g > %.3g)", what, v, r, g, e, d, tol*mag)
-				}
-			}
-			if mag > 0 {
-				worst = max(worst, d/mag)
-			}
-		}
-	}
-	return worst
-}
-
 type emuCase struct {
 	kernel string
 	c      matCase
@@ -175,7 +138,7 @@ func TestGemmEmulated(t *testing.T) {
 			mlxq.DecodeFloats(x, xb, mlxq.BF16)
 		}
 		got := runEmu(t, bin, c.kernel, m, xb, c.n)
-		worst := checkAgainstCPU(t, fmt.Sprintf("%s %v n=%d", c.kernel, c.c, c.n), m, x, got, c.n, emuTol(c.kernel))
+		worst := checkMatMulWithin(t, fmt.Sprintf("%s %v n=%d", c.kernel, c.c, c.n), m, x, got, c.n, emuTol(c.kernel))
 		t.Logf("%s %v n=%d: largest |emu - cpu| / sum|w x| = %.3g", c.kernel, c.c, c.n, worst)
 	}
 	for _, k := range kernelNames {
@@ -203,6 +166,6 @@ func TestGemmEmulatedRaces(t *testing.T) {
 		m := makeMatrix(t, r, c.c)
 		x := randVec(r, c.n*c.c.cols, 1)
 		got := runEmu(t, bin, c.kernel, m, f32bytes(x), c.n)
-		checkAgainstCPU(t, fmt.Sprintf("tsan %s %v", c.kernel, c.c), m, x, got, c.n, emuTol(c.kernel))
+		checkMatMulWithin(t, fmt.Sprintf("tsan %s %v", c.kernel, c.c), m, x, got, c.n, emuTol(c.kernel))
 	}
 }

@@ -328,35 +328,7 @@ func gemmCheck(t *testing.T, b *Backend, kernel string, m mlxq.Matrix, x []float
 			t.Fatalf("%s: not deterministic at %d: %g then %g", kernel, i, got[i], again[i])
 		}
 	}
-	want := make([]float32, n*m.Rows)
-	runtime.CPU{}.MatMul(m, want, x, n)
-	var w []float32
-	if m.Bits > 0 {
-		w = m.Dequantize()
-	} else {
-		w = make([]float32, m.Rows*m.Cols)
-		mlxq.DecodeFloats(w, m.Weight, m.Type)
-	}
-	worst, bad := 0.0, 0
-	for v := range n {
-		for r := range m.Rows {
-			var mag float64
-			for j := range m.Cols {
-				mag += math.Abs(float64(w[r*m.Cols+j]) * float64(x[v*m.Cols+j]))
-			}
-			g, e := got[v*m.Rows+r], want[v*m.Rows+r]
-			d := math.Abs(float64(g) - float64(e))
-			if !(d <= tol*mag) {
-				if bad++; bad <= 5 {
-					t.Errorf("%s: y[%d][%d] = %g, CPU %g (|d| %.3g > %.3g)", kernel, v, r, g, e, d, tol*mag)
-				}
-			}
-			if mag > 0 {
-				worst = max(worst, d/mag)
-			}
-		}
-	}
-	return worst
+	return checkMatMulWithin(t, kernel, m, x, got, n, tol)
 }
 
 // TestGemmConformance: every tensor-core kernel (tf32 and bf16 inputs) and

@@ -244,53 +244,10 @@ func (l *Layer) attendHost(kv *kvState, O, Q, K, V nn.Tensor, T int, d nn.AttnDi
 	}
 	pos, W := kv.n, kv.window
 	l.hostOp("Attention", []nn.Tensor{O, Q, K, V}, 1, func(h []nn.Tensor) {
-		hostAttend(nn.F32(h[0]), nn.F32(h[1]), nn.F32(h[2]), nn.F32(h[3]), kc, vc, pos, T, W, kv.kw, kv.vw, d)
+		nn.AttendRows(nn.F32(h[0]), nn.F32(h[1]), nn.F32(h[2]), nn.F32(h[3]), kc, vc, pos, T, W, kv.kw, kv.vw, d)
 	})
 }
 
-// hostAttend is KVCache.Attend's arithmetic (same operations in the same
-// order) with the cache's rows in kc, vc (full: row j; ring of W: row j %
-// W) for positions below pos and the chunk's in K, V; O accumulates (it
-// is zero on entry, as a Temp).
-func hostAttend(O, Q, K, V, kc, vc []float32, pos, T, W, kw, vw int, d nn.AttnDims) {
-	Nh, hd, vd := d.Heads, d.HeadDim, vdim(d)
-	qw := Nh * d.QStride
-	group := Nh / d.KVHeads
-	row := func(j int) ([]float32, []float32) {
-		if j >= pos {
-			i := j - pos
-			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
-		}
-		if W > 0 {
-			j %= W
-		}
-		return kc[j*kw : (j+1)*kw], vc[j*vw : (j+1)*vw]
-	}
-	scores := make([]float32, pos+T)
-	for t := range T {
-		p := pos + t
-		lo := 0
-		if W > 0 {
-			lo = max(0, p-W+1)
-		}
-		n := p - lo + 1
-		for h := range Nh {
-			g := h / group
-			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
-			s := scores[:n]
-			for j := range n {
-				k, _ := row(lo + j)
-				s[j] = nn.Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
-			}
-			nn.Softmax(s)
-			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
-			for j, pr := range s {
-				_, v := row(lo + j)
-				nn.Axpy(o, pr, v[g*vd:(g+1)*vd])
-			}
-		}
-	}
-}
 
 // DeltaNet implements nn.Device.
 func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {

@@ -166,13 +166,7 @@ func (c *kvState) Bytes() int64 { return 4 * int64(c.rows) * int64(c.kW+c.vW) }
 // the host device's bit for bit.
 func (c *kvState) attend(O, Q, K, V []float32, T int, d nn.AttnDims) error {
 	pos := c.n
-	Nh, hd, kw, vw := d.Heads, d.HeadDim, c.kW, c.vW
-	vd := d.VDim
-	if vd == 0 {
-		vd = hd
-	}
-	qw := Nh * d.QStride
-	group := Nh / d.KVHeads
+	kw, vw := c.kW, c.vW
 	W := c.window
 	if W == 0 {
 		if err := c.grow(pos + T); err != nil {
@@ -180,50 +174,11 @@ func (c *kvState) attend(O, Q, K, V []float32, T int, d nn.AttnDims) error {
 		}
 	}
 	kc, vc := host(c.k), host(c.v)
+	nn.AttendRows(O, Q, K, V, kc, vc, pos, T, W, kw, vw, d)
 	if W == 0 {
 		copy(kc[pos*kw:], K[:T*kw])
 		copy(vc[pos*vw:], V[:T*vw])
-	}
-	// Position j's key and value: a full cache has every row by now; a ring
-	// reads the chunk's own positions from the chunk (its rows go into the
-	// ring afterwards, so a chunk longer than the window reads none it
-	// overwrote).
-	key := func(j int) ([]float32, []float32) {
-		if W > 0 && j >= pos {
-			i := j - pos
-			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
-		}
-		s := j
-		if W > 0 {
-			s = j % W
-		}
-		return kc[s*kw : (s+1)*kw], vc[s*vw : (s+1)*vw]
-	}
-	scores := make([]float32, pos+T)
-	for t := range T {
-		p := pos + t
-		lo := 0
-		if W > 0 {
-			lo = max(0, p-W+1)
-		}
-		n := p - lo + 1
-		for h := range Nh {
-			g := h / group
-			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
-			s := scores[:n]
-			for j := range n {
-				k, _ := key(lo + j)
-				s[j] = nn.Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
-			}
-			nn.Softmax(s)
-			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
-			for j, pr := range s {
-				_, v := key(lo + j)
-				nn.Axpy(o, pr, v[g*vd:(g+1)*vd])
-			}
-		}
-	}
-	if W > 0 {
+	} else {
 		for i := max(0, T-W); i < T; i++ {
 			s := (pos + i) % W
 			copy(kc[s*kw:(s+1)*kw], K[i*kw:(i+1)*kw])

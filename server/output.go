@@ -170,7 +170,6 @@ func (p *outputParser) endTool(out []event, unterminated bool) []event {
 	p.mode = inText
 	if !unterminated {
 		if name, args, ok := parseToolCall(body); ok {
-			p.calls++
 			p.after.Reset()
 			p.afterCall = true
 			return append(out, event{call: &ToolCall{ID: p.newID(), Name: name, Arguments: args}})

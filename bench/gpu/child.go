@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/qpack-go/qpack/bench/internal/benchpack"
@@ -137,7 +136,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	if resident {
 		t0 := time.Now()
 		if host <= benchpack.MemAvailable()/2 || benchpack.MemAvailable() == 0 {
-			if err := preload(r); err != nil {
+			if err := benchpack.Preload(r); err != nil {
 				return err
 			}
 		}
@@ -146,7 +145,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 			// cache holds them all: 16·E/k tokens leave a given expert
 			// unrouted with probability about e^-16 under uniform routing.
 			warm := min(max(16*cfg.Experts/max(cfg.TopK, 1), 64), 4096)
-			if _, _, err := r.NewSession().Feed(ctx, randomTokens(warm, V, 9)); err != nil {
+			if _, _, err := r.NewSession().Feed(ctx, benchpack.RandomTokens(warm, V, 9)); err != nil {
 				return err
 			}
 		}
@@ -170,7 +169,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	if step == "prefill" {
 		before := r.Cache.Stats()
 		t0 := time.Now()
-		if _, _, err := s.Feed(ctx, randomTokens(c.Prompt, V, 5)); err != nil {
+		if _, _, err := s.Feed(ctx, benchpack.RandomTokens(c.Prompt, V, 5)); err != nil {
 			return err
 		}
 		el := time.Since(t0)
@@ -184,7 +183,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	// Sampling at temperature 1 from the random model's logits gives varied
 	// tokens, so routing does not settle into a loop.
 	gen := runner.GenOptions{Sample: sample.Params{Temperature: 1, Seed: 42}, MaxNew: 8}
-	if _, err := s.Generate(ctx, randomTokens(16, V, 3), gen); err != nil {
+	if _, err := s.Generate(ctx, benchpack.RandomTokens(16, V, 3), gen); err != nil {
 		return err
 	}
 	gen.MaxNew = c.Tokens + 1
@@ -201,39 +200,6 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	}
 	res.PeakRSS = out.PeakRSS
 	return nil
-}
-
-// preload reads every expert into the host cache once.
-func preload(r *runner.Runner) error {
-	c := r.Model.Config
-	all := make([]int, c.Experts)
-	for e := range all {
-		all[e] = e
-	}
-	for l := range c.Layers {
-		if !c.Sparse[l] {
-			continue
-		}
-		r.Cache.Prefetch(l, all)
-		for _, e := range all {
-			w, err := r.Cache.Expert(l, e)
-			if err != nil {
-				return err
-			}
-			r.Cache.Release(w)
-		}
-	}
-	return nil
-}
-
-// randomTokens returns n token ids below vocab from a fixed seed.
-func randomTokens(n, vocab int, seed uint64) []int {
-	r := rand.New(rand.NewPCG(seed, 1))
-	out := make([]int, n)
-	for i := range out {
-		out[i] = r.IntN(vocab)
-	}
-	return out
 }
 
 // gpuInfo measures the device's copy bandwidth and, where the backend

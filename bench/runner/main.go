@@ -49,7 +49,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,16 +167,6 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// randomTokens returns n token ids below vocab from a fixed seed.
-func randomTokens(n, vocab int, seed uint64) []int {
-	r := rand.New(rand.NewPCG(seed, 1))
-	out := make([]int, n)
-	for i := range out {
-		out[i] = r.IntN(vocab)
-	}
-	return out
-}
-
 func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode expertcache.IOMode, spec, specReads int, noScan bool) (*childResult, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r, err := runner.Open(model, runner.Options{ExpertCache: budget, IO: mode, PrefillChunk: chunk, Logger: quiet, Speculate: spec, SpecReads: specReads, NoScan: noScan})
@@ -199,12 +188,12 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 		if kind == "warm" {
 			// Every expert read once up front: decode then never misses,
 			// which gives the compute-only figure.
-			if err := preload(r); err != nil {
+			if err := benchpack.Preload(r); err != nil {
 				return nil, err
 			}
 		}
 		gen.MaxNew = 8
-		if _, err := s.Generate(ctx, randomTokens(16, V, 3), gen); err != nil {
+		if _, err := s.Generate(ctx, benchpack.RandomTokens(16, V, 3), gen); err != nil {
 			return nil, err
 		}
 		gen.MaxNew = tokens + 1
@@ -227,7 +216,7 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 		}
 	case "prefill":
 		t0 := time.Now()
-		if _, _, err := s.Feed(ctx, randomTokens(prompt, V, 5)); err != nil {
+		if _, _, err := s.Feed(ctx, benchpack.RandomTokens(prompt, V, 5)); err != nil {
 			return nil, err
 		}
 		el := time.Since(t0)
@@ -242,28 +231,6 @@ func runChild(kind, model string, budget int64, chunk, tokens, prompt int, mode 
 	}
 	out.PeakAllocated = r.Cache.Stats().PeakAllocated
 	return out, nil
-}
-
-func preload(r *runner.Runner) error {
-	c := r.Model.Config
-	all := make([]int, c.Experts)
-	for e := range all {
-		all[e] = e
-	}
-	for l := range c.Layers {
-		if !c.Sparse[l] {
-			continue
-		}
-		r.Cache.Prefetch(l, all)
-		for _, e := range all {
-			w, err := r.Cache.Expert(l, e)
-			if err != nil {
-				return err
-			}
-			r.Cache.Release(w)
-		}
-	}
-	return nil
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }

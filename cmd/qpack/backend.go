@@ -174,10 +174,8 @@ func prefillChunk(l interface {
 	if l.IsSet("prefill-chunk") {
 		return l.Int("prefill-chunk")
 	}
-	if d, ok := be.(interface{ LayerDevice() nn.Device }); ok && d.LayerDevice() != nil {
-		if _, host := be.(runtime.CPU); !host {
-			return gpuPrefillChunk
-		}
+	if d, ok := be.(nn.Layered); ok && d.LayerDevice() != nil {
+		return gpuPrefillChunk
 	}
 	return l.Int("prefill-chunk")
 }

@@ -155,6 +155,51 @@ func (c *KVCache) attendWindow(O, Q, K, V []float32, T int, d AttnDims) {
 	c.n += T
 }
 
+// AttendRows is Attend's arithmetic (the same products in the same order,
+// so the same bits) over a cache laid out as a device keeps one: position
+// j < pos at row j of kc / vc (row j % window on a sliding layer), the
+// chunk's own positions pos..pos+T-1 from K and V. It only reads the
+// cache; the caller stores the chunk's rows in it afterwards.
+func AttendRows(O, Q, K, V, kc, vc []float32, pos, T, window, kw, vw int, d AttnDims) {
+	Nh, hd, vd := d.Heads, d.HeadDim, d.vdim()
+	qw := Nh * d.QStride
+	group := Nh / d.KVHeads
+	row := func(j int) ([]float32, []float32) {
+		if j >= pos {
+			i := j - pos
+			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
+		}
+		if window > 0 {
+			j %= window
+		}
+		return kc[j*kw : (j+1)*kw], vc[j*vw : (j+1)*vw]
+	}
+	scores := make([]float32, pos+T)
+	for t := range T {
+		p := pos + t
+		lo := 0
+		if window > 0 {
+			lo = max(0, p-window+1)
+		}
+		n := p - lo + 1
+		for h := range Nh {
+			g := h / group
+			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
+			s := scores[:n]
+			for j := range n {
+				k, _ := row(lo + j)
+				s[j] = Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
+			}
+			Softmax(s)
+			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
+			for j, pr := range s {
+				_, v := row(lo + j)
+				Axpy(o, pr, v[g*vd:(g+1)*vd])
+			}
+		}
+	}
+}
+
 func (d AttnDims) vdim() int {
 	if d.VDim > 0 {
 		return d.VDim

@@ -89,3 +89,22 @@ func (b *Binding) Err() error {
 	defer b.mu.Unlock()
 	return b.err
 }
+
+// Bindings holds a graph's Binding to the device it last ran on (a graph
+// embeds one; safe for concurrent use).
+type Bindings struct {
+	mu sync.Mutex
+	b  *Binding
+}
+
+// For returns the binding to dev, made on first use or when the device
+// changed; fresh says it was just made (state derived from the old one
+// must be made again).
+func (s *Bindings) For(dev Device) (b *Binding, fresh bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b == nil || s.b.Dev != dev {
+		s.b, fresh = NewBinding(dev), true
+	}
+	return s.b, fresh
+}

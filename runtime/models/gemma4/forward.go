@@ -22,23 +22,13 @@ func (m *graph) NewLayerStates(dev nn.Device) ([]runtime.LayerState, error) {
 	return out, nil
 }
 
-// binding returns the graph's resident weights on dev, made on first use.
-func (m *graph) binding(dev nn.Device) *nn.Binding {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.bind == nil || m.bind.Dev != dev {
-		m.bind = nn.NewBinding(dev)
-	}
-	return m.bind
-}
-
 // Forward implements runtime.Graph on env.Device: each layer is queued
 // whole (its one wait is the router's top-k) and flushed at its end.
 func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) (logits []float32, err error) {
 	c := m.cfg
 	T, H, E := len(tokens), c.Hidden, c.Experts
 	dev := env.Device
-	b := m.binding(dev)
+	b, _ := m.bound.For(dev)
 	defer func() {
 		if e := dev.EndPass(); err == nil && e != nil {
 			logits, err = nil, e

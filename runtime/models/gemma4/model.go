@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 
 	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/runtime"
@@ -24,8 +23,7 @@ type graph struct {
 	eps        float32
 	softcap    float32
 
-	mu   sync.Mutex
-	bind *nn.Binding // the resident weights on the last device used
+	bound nn.Bindings // the resident weights on the last device used
 }
 
 type layer struct {

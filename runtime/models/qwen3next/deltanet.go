@@ -52,11 +52,8 @@ type fusedGathers struct {
 func (m *graph) gathers(b *nn.Binding, d *deltaNet) *fusedGathers {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if g := m.gather[d]; g != nil && m.gatherDev == b {
+	if g := m.gather[d]; g != nil {
 		return g
-	}
-	if m.gatherDev != b {
-		m.gather, m.gatherDev = map[*deltaNet]*fusedGathers{}, b
 	}
 	C, Nv := m.cfg.ConvDim(), m.cfg.LinValueHeads
 	inv := invert(d.perm)

@@ -21,10 +21,9 @@ type graph struct {
 	rope   *nn.RoPE
 	eps    float32
 
-	mu        sync.Mutex
-	bind      *nn.Binding // the resident weights on the last device used
-	gather    map[*deltaNet]*fusedGathers
-	gatherDev *nn.Binding
+	bound  nn.Bindings // the resident weights on the last device used
+	mu     sync.Mutex
+	gather map[*deltaNet]*fusedGathers // on bound's device
 }
 
 type layer struct {

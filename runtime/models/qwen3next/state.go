@@ -28,16 +28,6 @@ func (m *graph) NewLayerStates(dev nn.Device) ([]runtime.LayerState, error) {
 	return out, nil
 }
 
-// binding returns the graph's resident weights on dev, made on first use.
-func (m *graph) binding(dev nn.Device) *nn.Binding {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.bind == nil || m.bind.Dev != dev {
-		m.bind = nn.NewBinding(dev)
-	}
-	return m.bind
-}
-
 func errState(l int, s runtime.LayerState) error {
 	return fmt.Errorf("layer %d: state %T is not this layer's kind (a state of another model or device)", l, s)
 }
