@@ -248,7 +248,6 @@ func (l *Layer) attendHost(kv *kvState, O, Q, K, V nn.Tensor, T int, d nn.AttnDi
 	})
 }
 
-
 // DeltaNet implements nn.Device.
 func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 	ts := l.tensorsOf(st)
