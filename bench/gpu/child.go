@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/qpack-go/qpack/bench/internal/benchpack"
@@ -188,7 +191,12 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	}
 	gen.MaxNew = c.Tokens + 1
 	c0, _ = cudaCounters(be) // the measured tokens only
+	stop, err := cpuProfile(step)
+	if err != nil {
+		return err
+	}
 	out, err := s.Generate(ctx, nil, gen)
+	stop()
 	if err != nil {
 		return err
 	}
@@ -215,4 +223,26 @@ func gpuInfo(be runtime.Backend, c config, res *stepResult) error {
 	}
 	res.MatMulFlops, res.MatMulNote = matMulRate(be)
 	return nil
+}
+
+// cpuProfile writes a CPU profile of the measured decode to
+// $QPACK_BENCH_CPUPROFILE/<step>.pprof when that is set (where the host's
+// time per token goes); the returned function ends it.
+func cpuProfile(step string) (func(), error) {
+	dir := os.Getenv("QPACK_BENCH_CPUPROFILE")
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, step+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

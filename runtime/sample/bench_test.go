@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkSample measures one draw over a Qwen-sized vocabulary with the
-// Qwen3 defaults (T 0.6, top-k 20, top-p 0.95) and with top-p alone, and
+// Qwen3 defaults (T 0.6, top-k 20, top-p 0.95) with top-p alone and with temperature alone, and
 // reports each as a multiple of greedy decoding timed in the same run.
 func BenchmarkSample(b *testing.B) {
 	const vocab = 151936
@@ -31,7 +31,9 @@ func BenchmarkSample(b *testing.B) {
 	greedy := timeIt(Params{})
 	qwen := timeIt(Params{Temperature: 0.6, TopK: 20, TopP: 0.95, Seed: 1})
 	topp := timeIt(Params{Temperature: 0.6, TopP: 0.95, Seed: 1})
+	temp := timeIt(Params{Temperature: 1, Seed: 1})
 	b.ReportMetric(float64(greedy.Nanoseconds())/float64(b.N), "greedy-ns/op")
 	b.ReportMetric(float64(qwen)/float64(greedy), "qwen-defaults/greedy")
 	b.ReportMetric(float64(topp)/float64(greedy), "top-p-only/greedy")
+	b.ReportMetric(float64(temp)/float64(greedy), "temperature-only/greedy")
 }

@@ -64,8 +64,9 @@ type Sampler struct {
 	seen map[int]struct{}
 	freq map[int]int // counts of seen tokens (only with FrequencyPenalty)
 
-	scores []float64
-	cands  []int
+	scores  []float64
+	cands   []int
+	weights []float64 // the draw's exp(score - max) per candidate
 }
 
 // New returns a Sampler whose random stream is fixed by p.Seed.
@@ -171,19 +172,27 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 	// Draw from the softmax of the kept scores, walking ids in ascending
 	// order so that a seed gives the same token whatever order the filters
 	// left the candidates in.
-	slices.Sort(cands)
+	// (Without filters they are ascending already: no sort.)
+	if !slices.IsSorted(cands) {
+		slices.Sort(cands)
+	}
 	maxv := math.Inf(-1)
 	for _, i := range cands {
 		maxv = max(maxv, sc[i])
 	}
+	// Each weight is computed once (the walk below adds the same values in
+	// the same order as the total).
+	w := slices.Grow(s.weights[:0], len(cands))[:len(cands)]
+	s.weights = w
 	var total float64
-	for _, i := range cands {
-		total += math.Exp(sc[i] - maxv)
+	for j, i := range cands {
+		w[j] = math.Exp(sc[i] - maxv)
+		total += w[j]
 	}
 	u := s.rng.Float64() * total
 	var acc float64
-	for _, i := range cands {
-		acc += math.Exp(sc[i] - maxv)
+	for j, i := range cands {
+		acc += w[j]
 		if u < acc {
 			return i, nil
 		}
