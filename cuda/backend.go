@@ -65,6 +65,7 @@ type Stats struct {
 	ExpertMisses int64 // experts copied into the device expert cache
 	ExpertBytes  int64 // bytes copied into device expert slots
 	ExpertEvicts int64 // slots given to another expert
+	RoutedLayers int64 // sparse layers routed on the device (nn.ExpertRouter: no wait, no expert source)
 }
 
 var (

@@ -273,6 +273,10 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		n := u32(24)
 		runtime.CPU{}.SwiGLU(f32s(f.at(u64(2), 4*n)), f32s(f.at(u64(0), 4*n)), f32s(f.at(u64(1), 4*n)))
 	default:
+		if strings.HasPrefix(k, "moe_") {
+			f.moeKernel(k, grid, p)
+			break
+		}
 		if strings.HasPrefix(k, "gemm_") {
 			if !f.gemmLaunchOnly {
 				f.gemmOnCPU(k, decodeGemm(p))

@@ -39,11 +39,19 @@ type Layer struct {
 	fromRegion map[*region][]devptr
 	kernels    bool            // ops run the layer kernels (else the host path)
 	refused    map[string]bool // ops a kernel refused a shape of (logged once)
+	// Routing on the device (layer_moe.go): the layers' expert tables,
+	// tables replaced since the streams were idle, the fault word, and
+	// whether a pass used it since the last EndPass.
+	tables     map[tableKey]*expertTable
+	retired    []devptr
+	fault      devptr
+	faultArmed bool
 	closed     bool
 	released   bool
 }
 
 var _ nn.Device = (*Layer)(nil)
+var _ nn.ExpertRouter = (*Layer)(nil)
 var _ nn.Layered = (*Backend)(nil)
 
 // LayerDevice implements nn.Layered: the backend's Layer, made on the first
@@ -134,6 +142,8 @@ func (l *Layer) EndPass() error {
 		l.fail("EndPass", err)
 	}
 	l.stageOff = 0
+	l.checkFault()
+	l.freeRetired()
 	if err := l.temp.reset(l); err != nil {
 		l.fail("EndPass", err)
 	}
@@ -181,6 +191,7 @@ func (l *Layer) release() error {
 		errs = append(errs, l.b.dev.memFree(p))
 	}
 	l.owned = map[devptr]int64{}
+	l.tables, l.retired, l.fault = nil, nil, 0
 	l.ropes = map[*nn.RoPE]devptr{}
 	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {

@@ -72,6 +72,11 @@ type expertCache struct {
 	bytes     int64      // of the slots in the map
 	budget    int64      // < 0: not yet decided
 	gen       int64
+	// version counts the changes of the set of slots (an expert in or
+	// out): the device's expert tables are valid at one version
+	// (layer_moe.go); perLayer counts the slots of each model's layer.
+	version   int64
+	perLayer  map[tableKey]int
 	spare     []*expertSlot // evicted, memory kept for reuse until EndPass
 	stage     []byte        // pinned staging for experts outside Alloc memory
 	ready     event         // the copy stream reached the end of a copy
@@ -81,8 +86,23 @@ type expertCache struct {
 
 func (c *expertCache) init() {
 	c.slots = map[expertKey]*expertSlot{}
+	c.perLayer = map[tableKey]int{}
 	c.lru = list.New()
 	c.budget = -1
+}
+
+// added and removed keep version and perLayer (lock held).
+func (c *expertCache) added(k expertKey) {
+	c.version++
+	c.perLayer[tableKey{k.src, k.layer}]++
+}
+
+func (c *expertCache) removed(k expertKey) {
+	c.version++
+	tk := tableKey{k.src, k.layer}
+	if c.perLayer[tk]--; c.perLayer[tk] <= 0 {
+		delete(c.perLayer, tk)
+	}
 }
 
 // parseBytes reads a byte count with an optional binary suffix.
@@ -167,6 +187,7 @@ func (c *expertCache) touch(s *expertSlot) {
 // evict takes s out of the cache, keeping its memory as a spare.
 func (c *expertCache) evict(l *Layer, s *expertSlot) {
 	delete(c.slots, s.key)
+	c.removed(s.key)
 	c.lru.Remove(s.elem)
 	c.bytes -= s.size
 	c.spare = append(c.spare, s)
@@ -269,6 +290,7 @@ func (l *Layer) Expert(src nn.ExpertSource, w *nn.ExpertWeights) (nn.ExpertMats,
 	s.key, s.mats, s.gen = key, mats, c.gen
 	s.elem = c.lru.PushFront(s)
 	c.slots[key] = s
+	c.added(key)
 	c.bytes += size
 	l.b.stats.ExpertMisses++
 	return mats, nil
@@ -408,6 +430,8 @@ func (c *expertCache) release(l *Layer) error {
 		errs = append(errs, l.devFree(s.p))
 	}
 	c.slots = map[expertKey]*expertSlot{}
+	c.perLayer = map[tableKey]int{}
+	c.version++
 	c.lru.Init()
 	c.bytes = 0
 	for _, s := range c.spare {

@@ -211,6 +211,12 @@ func TestLayerTinyModelsFake(t *testing.T) {
 			if kernels != (all.HostOps == 0) {
 				t.Errorf("kernels %v: %d ops on the host", kernels, all.HostOps)
 			}
+			// Once a layer's experts are all in the device cache, its
+			// decode steps route on the device (bit for bit the CPU's
+			// logits above, on the fake); the host path never does.
+			if kernels != (all.RoutedLayers > 0) {
+				t.Errorf("kernels %v: %d layers routed on the device", kernels, all.RoutedLayers)
+			}
 			// The models are closed: their weights, experts and states
 			// have left the device; what is left is the Layer's arena and
 			// the few KB of RoPE frequencies and index vectors, which stay

@@ -84,6 +84,7 @@ func (l *Layer) regionFreed(r *region) {
 		}
 	}
 	l.experts.dropAll(l)
+	l.dropTables()
 }
 
 // Resident implements nn.Device: the matrix is checked and uploaded once to

@@ -42,48 +42,43 @@ QP_DEVICE float qp_word_dot(uint q, const float* x) {
     return dot;
 }
 
-// 4 and 8 bits: simdgroup g of the group computes rows QP_QROWS*g ...;
-// lane l takes 16-byte chunks l, l+32, ... of each row (32 elements at 4
-// bits, 16 at 8): a chunk never straddles a quantization group, since
-// groups are >= 32 elements and multiples of the chunk. Rows past the end
-// are clamped to the last row (computed, never stored), so control flow
-// stays uniform.
+// The partial sums of one lane for rows row0 .. row0+QP_QROWS-1 of a 4- or
+// 8-bit matrix (w, s, b) times x (cols floats): lane l takes 16-byte chunks
+// l, l+32, ... of each row (32 elements at 4 bits, 16 at 8): a chunk never
+// straddles a quantization group, since groups are >= 32 elements and
+// multiples of the chunk. Rows past the end are clamped to the last row
+// (computed, never stored), so control flow stays uniform. The caller sums
+// acc over the simdgroup (qp_simd_sum).
 template <int BITS>
-QP_DEVICE void qp_gemv_q(QGemv p) {
+QP_DEVICE void qp_rows_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b, uint rows,
+                         uint cols, uint group, uint stype, QP_GLOBAL const float* x, uint row0, uint lane,
+                         float acc[QP_QROWS]) {
     const uint per = 128 / BITS; // elements per chunk
     const uint wper = 32 / BITS; // elements per 32-bit word
-    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
-    if (row0 >= p.rows) {
-        return; // uniform per simdgroup
-    }
-    uint lane = QP_LANE;
-    ulong v = QP_GROUP_Y;
-    ulong rowBytes = ulong(p.cols) * BITS / 8;
-    ulong sRow = ulong(p.cols / p.group) * (p.stype == QP_F32 ? 4 : 2);
-    QP_GLOBAL const float* x = p.x + v * p.cols;
-    float acc[QP_QROWS];
+    ulong rowBytes = ulong(cols) * BITS / 8;
+    ulong sRow = ulong(cols / group) * (stype == QP_F32 ? 4 : 2);
     QP_GLOBAL const uchar* wr[QP_QROWS];
     QP_GLOBAL const uchar* sr[QP_QROWS];
     QP_GLOBAL const uchar* br[QP_QROWS];
     QP_UNROLL
     for (uint j = 0; j < QP_QROWS; j++) {
-        ulong r = QP_MIN(row0 + j, p.rows - 1);
+        ulong r = QP_MIN(row0 + j, rows - 1);
         acc[j] = 0.0f;
-        wr[j] = p.w + r * rowBytes;
-        sr[j] = p.s + r * sRow;
-        br[j] = p.b + r * sRow;
+        wr[j] = w + r * rowBytes;
+        sr[j] = s + r * sRow;
+        br[j] = b + r * sRow;
     }
-    uint chunks = p.cols / per;
+    uint chunks = cols / per;
     for (uint c = lane; c < chunks; c += QP_SIMD) {
-        uint gi = (c * per) / p.group;
+        uint gi = (c * per) / group;
         qp_uint4 q[QP_QROWS];
-        float s[QP_QROWS];
-        float b[QP_QROWS];
+        float sc[QP_QROWS];
+        float bi[QP_QROWS];
         QP_UNROLL
         for (uint j = 0; j < QP_QROWS; j++) {
             q[j] = qp_load_uint4(wr[j] + ulong(c) * 16);
-            s[j] = qp_load_float(sr[j], gi, p.stype);
-            b[j] = qp_load_float(br[j], gi, p.stype);
+            sc[j] = qp_load_float(sr[j], gi, stype);
+            bi[j] = qp_load_float(br[j], gi, stype);
         }
         float xv[per];
         QP_GLOBAL const float* xs = x + ulong(c) * per;
@@ -104,9 +99,23 @@ QP_DEVICE void qp_gemv_q(QGemv p) {
         for (uint j = 0; j < QP_QROWS; j++) {
             float dot = qp_word_dot<BITS>(q[j].x, xv) + qp_word_dot<BITS>(q[j].y, xv + wper) +
                         qp_word_dot<BITS>(q[j].z, xv + 2 * wper) + qp_word_dot<BITS>(q[j].w, xv + 3 * wper);
-            acc[j] += s[j] * dot + b[j] * xsum;
+            acc[j] += sc[j] * dot + bi[j] * xsum;
         }
     }
+}
+
+// 4 and 8 bits: simdgroup g of the group computes rows QP_QROWS*g ...
+// (qp_rows_q); group (x, y) = (row block, vector).
+template <int BITS>
+QP_DEVICE void qp_gemv_q(QGemv p) {
+    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
+    if (row0 >= p.rows) {
+        return; // uniform per simdgroup
+    }
+    uint lane = QP_LANE;
+    ulong v = QP_GROUP_Y;
+    float acc[QP_QROWS];
+    qp_rows_q<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, lane, acc);
     QP_UNROLL
     for (uint j = 0; j < QP_QROWS; j++) {
         float t = qp_simd_sum(acc[j]);
@@ -120,10 +129,44 @@ QP_KERNEL gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
 
 QP_KERNEL gemv_q8(QGemv p) { qp_gemv_q<8>(p); }
 
-// Any width from 2 to 8 bits (used for 2, 3, 5 and 6): a row is one
-// little-endian bit stream, element i at bits [i*bits, (i+1)*bits). Eight
-// consecutive elements take exactly `bits` bytes, read bytewise; lane l
-// takes chunks l, l+32, ...
+// The partial sum of one lane for row `row` of a matrix of any width from 2
+// to 8 bits (used for 2, 3, 5 and 6): a row is one little-endian bit
+// stream, element i at bits [i*bits, (i+1)*bits). Eight consecutive
+// elements take exactly `bits` bytes, read bytewise; lane l takes chunks
+// l, l+32, ...
+QP_DEVICE float qp_row_qn(QP_GLOBAL const uchar* wm, QP_GLOBAL const uchar* sm, QP_GLOBAL const uchar* bm, uint cols,
+                          uint group, uint stype, uint bits, QP_GLOBAL const float* x, uint row, uint lane) {
+    ulong groups = cols / group;
+    ulong esize = stype == QP_F32 ? 4 : 2;
+    QP_GLOBAL const uchar* w = wm + ulong(row) * (ulong(cols) * bits / 8);
+    QP_GLOBAL const uchar* sp = sm + ulong(row) * groups * esize;
+    QP_GLOBAL const uchar* bp = bm + ulong(row) * groups * esize;
+    uint mask = (1u << bits) - 1u;
+    float acc = 0.0f;
+    uint chunks = cols / 8;
+    for (uint c = lane; c < chunks; c += QP_SIMD) {
+        QP_GLOBAL const uchar* cp = w + ulong(c) * bits;
+        ulong stream = 0;
+        for (uint j = 0; j < bits; j++) {
+            stream |= ulong(cp[j]) << (8 * j);
+        }
+        uint gi = (c * 8) / group;
+        float s = qp_load_float(sp, gi, stype);
+        float b = qp_load_float(bp, gi, stype);
+        QP_GLOBAL const float* xs = x + ulong(c) * 8;
+        float dot = 0.0f;
+        float xsum = 0.0f;
+        for (uint k = 0; k < 8; k++) {
+            float xv = xs[k];
+            dot += float(uint(stream >> (k * bits)) & mask) * xv;
+            xsum += xv;
+        }
+        acc += s * dot + b * xsum;
+    }
+    return acc;
+}
+
+// One row per simdgroup (qp_row_qn).
 QP_KERNEL gemv_qn(QGemv p) {
     uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
     if (row >= p.rows) {
@@ -131,41 +174,26 @@ QP_KERNEL gemv_qn(QGemv p) {
     }
     uint lane = QP_LANE;
     ulong v = QP_GROUP_Y;
-    ulong groups = p.cols / p.group;
-    ulong esize = p.stype == QP_F32 ? 4 : 2;
-    QP_GLOBAL const uchar* w = p.w + ulong(row) * (ulong(p.cols) * p.bits / 8);
-    QP_GLOBAL const uchar* sp = p.s + ulong(row) * groups * esize;
-    QP_GLOBAL const uchar* bp = p.b + ulong(row) * groups * esize;
-    QP_GLOBAL const float* x = p.x + v * p.cols;
-    uint mask = (1u << p.bits) - 1u;
-    float acc = 0.0f;
-    uint chunks = p.cols / 8;
-    for (uint c = lane; c < chunks; c += QP_SIMD) {
-        QP_GLOBAL const uchar* cp = w + ulong(c) * p.bits;
-        ulong stream = 0;
-        for (uint j = 0; j < p.bits; j++) {
-            stream |= ulong(cp[j]) << (8 * j);
-        }
-        uint gi = (c * 8) / p.group;
-        float s = qp_load_float(sp, gi, p.stype);
-        float b = qp_load_float(bp, gi, p.stype);
-        QP_GLOBAL const float* xs = x + ulong(c) * 8;
-        float dot = 0.0f;
-        float xsum = 0.0f;
-        for (uint k = 0; k < 8; k++) {
-            float xv = xs[k];
-            dot += float(uint(stream >> (k * p.bits)) & mask) * xv;
-            xsum += xv;
-        }
-        acc += s * dot + b * xsum;
-    }
-    acc = qp_simd_sum(acc);
+    float acc = qp_simd_sum(qp_row_qn(p.w, p.s, p.b, p.cols, p.group, p.stype, p.bits, p.x + v * p.cols, row, lane));
     if (lane == 0) {
         p.y[v * p.rows + row] = acc;
     }
 }
 
-// Dense weights of type stype (float32, float16 or bfloat16), row-major.
+// The partial sum of one lane for row `row` of dense weights of type stype
+// (float32, float16 or bfloat16), row-major.
+QP_DEVICE float qp_row_dense(QP_GLOBAL const uchar* wm, uint cols, uint stype, QP_GLOBAL const float* x, uint row,
+                             uint lane) {
+    ulong esize = stype == QP_F32 ? 4 : 2;
+    QP_GLOBAL const uchar* w = wm + ulong(row) * cols * esize;
+    float acc = 0.0f;
+    for (uint i = lane; i < cols; i += QP_SIMD) {
+        acc += qp_load_float(w, i, stype) * x[i];
+    }
+    return acc;
+}
+
+// Dense weights: one row per simdgroup (qp_row_dense).
 QP_KERNEL gemv_dense(QGemv p) {
     uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
     if (row >= p.rows) {
@@ -173,14 +201,7 @@ QP_KERNEL gemv_dense(QGemv p) {
     }
     uint lane = QP_LANE;
     ulong v = QP_GROUP_Y;
-    ulong esize = p.stype == QP_F32 ? 4 : 2;
-    QP_GLOBAL const uchar* w = p.w + ulong(row) * p.cols * esize;
-    QP_GLOBAL const float* x = p.x + v * p.cols;
-    float acc = 0.0f;
-    for (uint i = lane; i < p.cols; i += QP_SIMD) {
-        acc += qp_load_float(w, i, p.stype) * x[i];
-    }
-    acc = qp_simd_sum(acc);
+    float acc = qp_simd_sum(qp_row_dense(p.w, p.cols, p.stype, p.x + v * p.cols, row, lane));
     if (lane == 0) {
         p.y[v * p.rows + row] = acc;
     }

@@ -1,6 +1,6 @@
 // Host emulation of the CUDA prelude (kernels/00_prelude_cuda.h), for
-// running kernels/10_common.cu and kernels/25_gemm.cu on the CPU
-// (gemm_emu_test.go): each group of threads is QP_TG std::threads, shared
+// running kernels/10_common.cu and kernels/25_gemm.cu (gemm_emu_test.go),
+// and 20_gemv.cu with 22_moe.cu (moe.cpp, layer_moe_emu_test.go) on the CPU: each group of threads is QP_TG std::threads, shared
 // memory is the kernel's static variables (one group runs at a time),
 // barriers are pthread barriers, and mma.sync is a warp-collective step
 // that gathers the 32 lanes' fragments and computes each lane's part of D
@@ -30,6 +30,7 @@ void qp_emu_warp_barrier(uint warp);
 #define QP_DEVICE static inline
 #define QP_GLOBAL
 #define QP_SHARED static
+#define QP_SHARED_PTR
 #define QP_BARRIER() qp_emu_barrier()
 #define QP_TID qp_emu_tid
 #define QP_LANE (QP_TID & 31u)
@@ -86,6 +87,37 @@ QP_DEVICE qp_float4 qp_load_float4(const float* p) {
 
 QP_DEVICE float qp_exp(float x) { return std::exp(x); }
 QP_DEVICE float qp_rsqrt(float x) { return 1.0f / std::sqrt(x); }
+QP_DEVICE float qp_sqrt(float x) { return std::sqrt(x); }
+QP_DEVICE float qp_tanh(float x) { return std::tanh(x); }
+QP_DEVICE float qp_log1p(float x) { return std::log1p(x); }
+
+// The 32-lane butterfly sum (the prelude's qp_simd_sum: v += shfl_xor(v, o)
+// for o = 16 .. 1), warp-collective through a per-warp exchange array, so a
+// lane that skipped the call would hang the emulator rather than pass.
+extern float qp_emu_shfl[8][32];
+QP_DEVICE float qp_simd_sum(float v) {
+    uint w = QP_SIMD_ID, l = QP_LANE;
+    for (uint o = 16; o > 0; o >>= 1) {
+        qp_emu_shfl[w][l] = v;
+        qp_emu_warp_barrier(w);
+        float other = qp_emu_shfl[w][l ^ o];
+        qp_emu_warp_barrier(w);
+        v += other;
+    }
+    return v;
+}
+
+QP_DEVICE float qp_simd_max(float v) {
+    uint w = QP_SIMD_ID, l = QP_LANE;
+    for (uint o = 16; o > 0; o >>= 1) {
+        qp_emu_shfl[w][l] = v;
+        qp_emu_warp_barrier(w);
+        float other = qp_emu_shfl[w][l ^ o];
+        qp_emu_warp_barrier(w);
+        v = std::fmax(v, other);
+    }
+    return v;
+}
 
 // cvt.rn.bf16x2.f32: round to nearest even, NaN kept a (quiet) NaN.
 QP_DEVICE uint qp_emu_bf16(float f) {

@@ -77,20 +77,15 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 		// Route on the post-attention residual, then read the experts
 		// while the dense MLP computes.
 		m.routerLogits(b, ly, x, xn, R, T)
-		r := nn.NewRouting(T, c.TopK)
-		if err := dev.Route(r, R, T, E, true); err != nil {
-			return nil, err
-		}
-		for s, e := range r.Sel {
-			r.Wts[s] *= ly.expertScale[e]
-		}
 		dense := func() {
 			norm(xn, x, ly.preFF, T)
 			ly.mlp.Forward(b, xn, mix, T)
 			norm(h1, mix, ly.postFF1, T)
 		}
 		norm(xe, x, ly.preFF2, T)
-		if err := moe.Run(l, xe, T, H, r, dense, h2); err != nil {
+		spec := nn.RoutedSpec{Src: env.Experts, Layer: l, Logits: R, X: xe, Out: h2, T: T, E: E, H: H, K: c.TopK,
+			Norm: true, Scale: ly.expertScale, ScaleDev: b.V(ly.expertScale), Act: moe.Act}
+		if err := moe.Routed(spec, dense); err != nil {
 			return nil, err
 		}
 		norm(mix, h2, ly.postFF2, T)

@@ -9,7 +9,8 @@ import (
 
 // Forward implements runtime.Graph on env.Device: each layer is queued
 // whole (its only wait is the router's top-k, which says which experts to
-// read), and flushed at its end.
+// read, unless the device routes on its own: nn.ExpertRouter), and flushed
+// at its end.
 func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, tokens []int, opt *runtime.ForwardOptions) (logits []float32, err error) {
 	c := m.cfg
 	T := len(tokens)
@@ -141,10 +142,6 @@ func (m *graph) moe(b *nn.Binding, d *nn.MoE, l int, mb *moeBlock, xn, out nn.Te
 	E, H := c.Experts, c.Hidden
 	R := dev.Temp(T * E)
 	dev.MatMul(b.M(&mb.router), R, xn, T)
-	r := nn.NewRouting(T, c.TopK)
-	if err := dev.Route(r, R, T, E, c.NormTopK); err != nil {
-		return err
-	}
 	var sh, sg nn.Tensor
 	var overlap func()
 	if mb.shared != nil {
@@ -155,7 +152,9 @@ func (m *graph) moe(b *nn.Binding, d *nn.MoE, l int, mb *moeBlock, xn, out nn.Te
 			dev.MatMul(b.M(&mb.sharedGate), sg, xn, T)
 		}
 	}
-	if err := d.Run(l, xn, T, H, r, overlap, out); err != nil {
+	spec := nn.RoutedSpec{Src: d.Experts, Layer: l, Logits: R, X: xn, Out: out, T: T, E: E, H: H, K: c.TopK,
+		Norm: c.NormTopK, Act: d.Act}
+	if err := d.Routed(spec, overlap); err != nil {
 		return err
 	}
 	if mb.shared != nil {

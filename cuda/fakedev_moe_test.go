@@ -1,0 +1,109 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// moeKernel emulates the routed-expert kernels (kernels/22_moe.cu) from
+// their parameter block: each slot's expert found through the table in
+// fake device memory, its products by the CPU backend (as the fake's
+// gemv), the GLU and the combine by nn.HostDevice (as the fake's glu and
+// combine), so the routed path's results are the same bits as Route and
+// MoE.Run on the fake: a check of the table, the addresses and the
+// grids the host side computes.
+func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
+	ptr := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
+	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[56+4*j:])) }
+	rows, cols, group, st, bits, kk, E, act, layer := u(0), u(1), u(2), mlxq.Float(u(3)), u(4), u(5), u(6), u(7), u(8)
+	table, selp, wtsp, scalep, xp, yp, faultp := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6)
+	gateup := k[:10] == "moe_gateup"
+	per := 1
+	if bits == 4 || bits == 8 {
+		per = qRows
+	}
+	wantGroups := ceilDiv(rows, per)
+	if gateup {
+		wantGroups = ceilDiv(rows, per*rowsPerTG)
+	}
+	if int(grid[0]) != wantGroups {
+		f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
+	}
+	if (k[len(k)-2:] == "q4") != (bits == 4) || (k[len(k)-2:] == "q8") != (bits == 8) {
+		f.t.Fatalf("%s for %d-bit experts", k, bits)
+	}
+	n := int(grid[1]) // slots (gateup) or tokens (down)
+	slots := n
+	if !gateup {
+		slots = n * kk
+	}
+	sel := make([]int32, slots)
+	for i := range sel {
+		sel[i] = int32(binary.LittleEndian.Uint32(f.at(selp+uint64(4*i), 4)))
+	}
+	fault := func() { binary.LittleEndian.PutUint32(f.at(faultp, 4), uint32(layer+1)) }
+	// mat is matrix j (0 gate, 1 up, 2 down) of expert e, as the kernel
+	// finds it.
+	mat := func(e, j int) mlxq.Matrix {
+		a := func(i int) devptr { return binary.LittleEndian.Uint64(f.at(table+uint64(8*(9*e+3*j+i)), 8)) }
+		var m mlxq.Matrix
+		var err error
+		if bits == 0 {
+			m, err = mlxq.NewDense(rows, cols, st, f.at(a(0), rows*cols*st.Size()))
+		} else {
+			sb := rows * (cols / group) * st.Size()
+			m, err = mlxq.NewQuantized(rows, cols, bits, group, st, f.at(a(0), rows*cols*bits/8), f.at(a(1), sb), f.at(a(2), sb))
+		}
+		if err != nil {
+			f.t.Fatalf("%s: expert %d: %v", k, e, err)
+		}
+		return m
+	}
+	view := func(a devptr, n int) []float32 { return f32s(f.at(a, 4*n)) }
+	var h nn.HostDevice
+	if gateup {
+		a := nn.SiLUGate
+		if act == actGELUTanh {
+			a = nn.GELUTanhGate
+		}
+		for s := range n {
+			y := view(yp+uint64(4*s*rows), rows)
+			e := int(sel[s])
+			if e < 0 || e >= E {
+				fault()
+				clear(y)
+				continue
+			}
+			x := view(xp+uint64(4*(s/kk)*cols), cols)
+			g, up := make([]float32, rows), make([]float32, rows)
+			runtime.CPU{}.MatMul(mat(e, 0), g, x, 1)
+			runtime.CPU{}.MatMul(mat(e, 1), up, x, 1)
+			h.GLU(a, nn.HostTensor(y), nn.HostTensor(g), nn.HostTensor(up), rows)
+		}
+		return
+	}
+	res := make([]float32, kk*rows)
+	w := make([]float32, kk)
+	for t := range n {
+		clear(res)
+		for i := range kk {
+			s := t*kk + i
+			e := int(sel[s])
+			if e < 0 || e >= E {
+				fault()
+				w[i] = 0
+				continue
+			}
+			w[i] = math.Float32frombits(binary.LittleEndian.Uint32(f.at(wtsp+uint64(4*s), 4)))
+			if scalep != 0 {
+				w[i] *= view(scalep, E)[e]
+			}
+			runtime.CPU{}.MatMul(mat(e, 2), res[i*rows:(i+1)*rows], view(xp+uint64(4*s*cols), cols), 1)
+		}
+		h.Combine(nn.HostTensor(view(yp+uint64(4*t*rows), rows)), nn.HostTensor(res), w, 1, kk, rows)
+	}
+}

@@ -1,0 +1,187 @@
+// Routed experts without the host (decode with every expert of a layer in
+// the device expert cache): the router's choice (route_topk's sel and wts,
+// on the device) indexes a table of the layer's expert slots, so the layer
+// needs no wait on the host.
+//
+// The table holds, for each of the layer's E experts, the device addresses
+// of its three matrices' packed weight, scales and biases: [E][9] ulong
+// (gate w, s, b; up w, s, b; down w, s, b). Every expert of a layer has the
+// same shapes and quantization (the host checks), so one (rows, cols,
+// group, stype, bits) describes them all: gate and up are [rows = I][cols
+// = H], down is [rows = H][cols = I].
+//
+// Two kernels per layer:
+//   - moe_gateup_*: group (x, y) = (row block, slot s = t·k + j); it computes
+//     rows of expert sel[s]'s gate and up products on token t's input and
+//     writes act(gate)·up into y[s][rows] (the GLU fused: one pass).
+//   - moe_down_*: group (x, y) = (row block, token t); it computes rows of
+//     the down products of experts sel[t·k+j] on h[t·k+j], j < k, and
+//     writes y[t][row] = sum over j in order of wts[t·k+j]·(scale[e] if
+//     any)·that (the Combine fused, in its order and arithmetic).
+// The per-row products are the gemv kernels' (qp_rows_q, qp_row_qn,
+// qp_row_dense), so an expert's outputs are the same bits as through
+// gemv_q4/q8/qn/dense.
+//
+// A slot whose sel is not an expert (route_topk writes -1 for a token whose
+// logits hold a NaN) contributes zeros, and the kernel stores layer+1 into
+// *fault: the host reads that word at the end of the pass and reports an
+// error instead of the logits (never a wrong expert silently).
+
+// The most experts per token (route_topk's QK_ROUTE_MAXK).
+#define QK_MOE_MAXK 64
+
+struct MoEParams {
+    const ulong* table; // [E][9]
+    const int* sel;     // [T][k]
+    const float* wts;   // [T][k] (down only)
+    const float* scale; // [E] per-expert multipliers of the weights, or 0 (down only)
+    const float* x;     // gateup: [T][cols]; down: [T·k][cols] (the GLU outputs)
+    float* y;           // gateup: [T·k][rows]; down: [T][rows]
+    uint* fault;        // [1]
+    uint rows;
+    uint cols;
+    uint group;
+    uint stype;
+    uint bits;  // 2..8, 0 for dense
+    uint k;
+    uint E;
+    uint act;   // QK_ACT_SILU or QK_ACT_GELU_TANH (gateup only)
+    uint layer; // for the fault word
+    uint pad;
+};
+QP_STATIC_ASSERT(sizeof(MoEParams) == 96, "MoEParams layout");
+
+// BITS: 4 or 8 (QP_QROWS rows per simdgroup), QP_MOE_QN (any width from 2
+// to 8 bits, p.bits; one row) or QP_MOE_DENSE (float32/16, bfloat16 of
+// type p.stype; one row).
+#define QP_MOE_QN 0
+#define QP_MOE_DENSE 16
+
+template <int BITS>
+QP_DEVICE uint qp_moe_rows_per_simd() {
+    return BITS == 4 || BITS == 8 ? uint(QP_QROWS) : 1u;
+}
+
+// One lane's partial sums for rows row0 .. of matrix m (its w, s, b
+// addresses) times x.
+template <int BITS>
+QP_DEVICE void qp_moe_rows(QP_GLOBAL const ulong* m, const MoEParams& p, QP_GLOBAL const float* x, uint row0,
+                           uint lane, float acc[QP_QROWS]) {
+    QP_GLOBAL const uchar* w = (QP_GLOBAL const uchar*)m[0];
+    QP_GLOBAL const uchar* s = (QP_GLOBAL const uchar*)m[1];
+    QP_GLOBAL const uchar* b = (QP_GLOBAL const uchar*)m[2];
+    if constexpr (BITS == QP_MOE_DENSE) {
+        acc[0] = qp_row_dense(w, p.cols, p.stype, x, row0, lane);
+    } else if constexpr (BITS == QP_MOE_QN) {
+        acc[0] = qp_row_qn(w, s, b, p.cols, p.group, p.stype, p.bits, x, row0, lane);
+    } else {
+        qp_rows_q<BITS>(w, s, b, p.rows, p.cols, p.group, p.stype, x, row0, lane, acc);
+    }
+}
+
+// The expert of slot s, or -1 (the fault word set) when sel[s] is none.
+QP_DEVICE int qp_moe_expert(const MoEParams& p, uint s, uint lane) {
+    int e = p.sel[s];
+    if (e < 0 || uint(e) >= p.E) {
+        if (lane == 0) {
+            *p.fault = p.layer + 1u;
+        }
+        return -1;
+    }
+    return e;
+}
+
+template <int BITS>
+QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
+    const uint R = qp_moe_rows_per_simd<BITS>();
+    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * R;
+    if (row0 >= p.rows) {
+        return; // uniform per simdgroup
+    }
+    uint lane = QP_LANE;
+    uint s = QP_GROUP_Y;
+    QP_GLOBAL float* y = p.y + ulong(s) * p.rows;
+    int e = qp_moe_expert(p, s, lane);
+    if (e < 0) {
+        if (lane == 0) {
+            for (uint j = 0; j < R && row0 + j < p.rows; j++) {
+                y[row0 + j] = 0.0f;
+            }
+        }
+        return;
+    }
+    QP_GLOBAL const ulong* m = p.table + ulong(e) * 9;
+    QP_GLOBAL const float* x = p.x + ulong(s / p.k) * p.cols;
+    float g[QP_QROWS];
+    float u[QP_QROWS];
+    qp_moe_rows<BITS>(m, p, x, row0, lane, g);
+    qp_moe_rows<BITS>(m + 3, p, x, row0, lane, u);
+    QP_UNROLL
+    for (uint j = 0; j < R; j++) {
+        float gs = qp_simd_sum(g[j]);
+        float us = qp_simd_sum(u[j]);
+        if (lane == 0 && row0 + j < p.rows) {
+            float a = p.act == QK_ACT_GELU_TANH ? qk_gelu_tanh(gs) : qk_silu(gs);
+            y[row0 + j] = a * us;
+        }
+    }
+}
+
+// Down and combine: group (x, y) = (R rows, token t); simdgroup w computes
+// the rows of the token's experts j = w, w+QP_SIMDS, ... into shared
+// memory, then one lane per row sums them in order j = 0 .. k-1 (Combine's
+// order and arithmetic).
+template <int BITS>
+QP_DEVICE void qp_moe_down(const MoEParams& p) {
+    QP_SHARED float part[QK_MOE_MAXK * QP_QROWS];
+    const uint R = qp_moe_rows_per_simd<BITS>();
+    uint row0 = QP_GROUP_X * R;
+    uint t = QP_GROUP_Y;
+    uint lane = QP_LANE;
+    for (uint i = QP_SIMD_ID; i < p.k; i += QP_SIMDS) {
+        uint s = t * p.k + i;
+        int e = qp_moe_expert(p, s, lane);
+        float acc[QP_QROWS];
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            acc[j] = 0.0f;
+        }
+        if (e >= 0) {
+            qp_moe_rows<BITS>(p.table + ulong(e) * 9 + 6, p, p.x + ulong(s) * p.cols, row0, lane, acc);
+        }
+        QP_UNROLL
+        for (uint j = 0; j < R; j++) {
+            float d = qp_simd_sum(acc[j]);
+            if (lane == 0) {
+                part[i * R + j] = d;
+            }
+        }
+    }
+    QP_BARRIER();
+    uint tid = QP_TID;
+    if (tid < R && row0 + tid < p.rows) {
+        float out = 0.0f;
+        for (uint i = 0; i < p.k; i++) {
+            uint s = t * p.k + i;
+            int e = p.sel[s];
+            if (e < 0 || uint(e) >= p.E) {
+                continue;
+            }
+            float w = p.wts[s];
+            if (p.scale != 0) {
+                w = w * p.scale[e];
+            }
+            out += w * part[i * R + tid];
+        }
+        p.y[ulong(t) * p.rows + row0 + tid] = out;
+    }
+}
+
+QP_KERNEL moe_gateup_q4(MoEParams p) { qp_moe_gateup<4>(p); }
+QP_KERNEL moe_gateup_q8(MoEParams p) { qp_moe_gateup<8>(p); }
+QP_KERNEL moe_gateup_qn(MoEParams p) { qp_moe_gateup<QP_MOE_QN>(p); }
+QP_KERNEL moe_gateup_dense(MoEParams p) { qp_moe_gateup<QP_MOE_DENSE>(p); }
+QP_KERNEL moe_down_q4(MoEParams p) { qp_moe_down<4>(p); }
+QP_KERNEL moe_down_q8(MoEParams p) { qp_moe_down<8>(p); }
+QP_KERNEL moe_down_qn(MoEParams p) { qp_moe_down<QP_MOE_QN>(p); }
+QP_KERNEL moe_down_dense(MoEParams p) { qp_moe_down<QP_MOE_DENSE>(p); }

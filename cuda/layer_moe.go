@@ -1,0 +1,330 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// Routing on the device (nn.ExpertRouter): when the device expert cache
+// holds every expert of a layer, the layer's routed experts run as three
+// kernels and no wait: route_topk writes the choice into the arena,
+// moe_gateup_* and moe_down_* (kernels/22_moe.cu) read it and find each
+// chosen expert's matrices through the layer's expert table, a device
+// array of the cached slots' addresses.
+//
+// A table is built from the cache's slots and stays valid while the cache
+// does not change: the cache counts its changes (version), and a table
+// built at another version is rebuilt (uploaded again on the compute
+// stream, so work queued earlier still reads the old contents first). The
+// slots a table names are safe to read for the queued work: a slot given
+// to another expert is written on the copy stream only after it waited for
+// the compute stream (layer_expert.go), and spare slots are freed only with
+// both streams idle.
+//
+// A token whose router logits hold a NaN chooses no expert; the kernels
+// then store layer+1 into the fault word, which EndPass reads back: the
+// pass returns an error instead of its logits.
+
+// routedMaxTokens is the most tokens a chunk may have for routing on the
+// device: each (token, expert) pair reads its expert's weights on its own,
+// where MoE.Run reads each chosen expert once for all its tokens (the
+// batched products), which wins for longer chunks.
+const routedMaxTokens = 8
+
+// sizeMoE is the size of MoEParams (kernels/22_moe.cu).
+const sizeMoE = 96
+
+// tableKey names a layer of a model's experts.
+type tableKey struct {
+	src   any
+	layer int
+}
+
+// expertTable is a layer's table of expert slots on the device.
+type expertTable struct {
+	p       devptr // [E][9] uint64
+	cap     int    // experts it has room for
+	version int64  // the expert cache's version it was built at; -1: none
+	shape   [3]mlxq.Matrix
+	kernels [2]string // gate/up and down kernel
+	uses    int
+}
+
+// touchEvery is how often (uses of a table) its slots are marked used in
+// the cache's LRU order, so that an expert cache shared with streamed
+// layers keeps the routed layers' experts: often enough for the LRU order
+// to see them, rarely enough that decode does not walk E slots per layer
+// and token.
+const touchEvery = 16
+
+// moeKernels returns the gate/up and down kernels for experts of these
+// shapes, or why there are none.
+func moeKernels(gate, up, down mlxq.Matrix) ([2]string, error) {
+	if !sameShape(gate, up) || down.Rows != gate.Cols || down.Cols != gate.Rows ||
+		down.Bits != gate.Bits || down.GroupSize != gate.GroupSize || down.Type != gate.Type {
+		return [2]string{}, fmt.Errorf("gate %dx%d, up %dx%d, down %dx%d of unlike quantization", gate.Rows, gate.Cols, up.Rows, up.Cols, down.Rows, down.Cols)
+	}
+	switch gate.Bits {
+	case 4:
+		return [2]string{"moe_gateup_q4", "moe_down_q4"}, nil
+	case 8:
+		return [2]string{"moe_gateup_q8", "moe_down_q8"}, nil
+	case 2, 3, 5, 6:
+		return [2]string{"moe_gateup_qn", "moe_down_qn"}, nil
+	case 0:
+		return [2]string{"moe_gateup_dense", "moe_down_dense"}, nil
+	}
+	return [2]string{}, fmt.Errorf("%d-bit experts", gate.Bits)
+}
+
+// RouteExperts implements nn.ExpertRouter.
+func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
+	if s.T <= 0 || s.T > routedMaxTokens || s.K < 1 || s.K > min(s.E, routeMaxK) || s.E > routeMaxE {
+		return false
+	}
+	if s.Scale != nil && (len(s.Scale) < s.E || s.ScaleDev.N < s.E) {
+		return false
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if !ok || !l.kernels {
+		return false
+	}
+	tab, ok := l.expertTable(s.Src, s.Layer, s.E)
+	if !ok {
+		return false
+	}
+	T, k, E, H := s.T, s.K, s.E, s.H
+	gate, down := tab.shape[0], tab.shape[2]
+	if gate.Cols != H {
+		return false
+	}
+	I := gate.Rows
+	// Past here the work is queued (or the device error kept): true.
+	lp, xp, op := addr(s.Logits, T*E), addr(s.X, T*H), addr(s.Out, T*H)
+	var sp devptr
+	if s.Scale != nil {
+		sp = addr(s.ScaleDev, E)
+	}
+	fault, err := l.faultWord()
+	if err != nil {
+		l.fail("RouteExperts", err)
+		return true
+	}
+	sel, err := l.scratch(4 * int64(T*k))
+	var wts, h devptr
+	if err == nil {
+		wts, err = l.scratch(4 * int64(T*k))
+	}
+	if err == nil {
+		h, err = l.scratch(4 * int64(T*k*I)) // 256-byte aligned: the 16-byte loads of x
+	}
+	if err == nil && xp%16 != 0 {
+		var x devptr
+		if x, err = l.scratch(4 * int64(T*H)); err == nil {
+			err = l.b.dev.dtod(x, xp, 4*T*H)
+			xp = x
+		}
+	}
+	if err != nil {
+		l.fail("RouteExperts", err)
+		return true
+	}
+	if err := l.b.kRouteTopK(sel, wts, lp, T, E, k, s.Norm); err != nil {
+		l.fail("RouteExperts", err)
+		return true
+	}
+	mp := moeParams{table: tab.p, sel: sel, wts: wts, fault: fault, k: k, E: E, layer: s.Layer}
+	up := mp
+	up.x, up.y, up.m, up.act = xp, h, gate, int(s.Act)
+	if err := l.b.kMoE(tab.kernels[0], up, T*k); err != nil {
+		l.fail("RouteExperts", err)
+		return true
+	}
+	dn := mp
+	dn.x, dn.y, dn.m, dn.scale = h, op, down, sp
+	if err := l.b.kMoE(tab.kernels[1], dn, T); err != nil {
+		l.fail("RouteExperts", err)
+		return true
+	}
+	l.faultArmed = true
+	l.b.stats.RoutedLayers++
+	return true
+}
+
+// expertTable returns the valid table of src's layer, building it when
+// the cache holds all E of its experts with shapes the kernels take; lock
+// held.
+func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bool) {
+	key0, cacheable := keyOf(src, layer, 0)
+	if !cacheable {
+		return nil, false
+	}
+	c := &l.experts
+	tk := tableKey{src: key0.src, layer: layer}
+	if c.perLayer[tk] < E {
+		return nil, false
+	}
+	tab := l.tables[tk]
+	if tab != nil && tab.version == c.version && tab.cap >= E {
+		if tab.uses++; tab.uses%touchEvery == 0 {
+			for e := range E {
+				c.touch(c.slots[expertKey{src: key0.src, layer: layer, expert: e}])
+			}
+		}
+		return tab, true
+	}
+	// Build: every expert present, all of one shape the kernels take.
+	words := make([]byte, 8*9*E)
+	var shape [3]mlxq.Matrix
+	var kernels [2]string
+	for e := range E {
+		slot, ok := c.slots[expertKey{src: key0.src, layer: layer, expert: e}]
+		if !ok {
+			return nil, false
+		}
+		ms := [3]nn.Mat{slot.mats.Gate, slot.mats.Up, slot.mats.Down}
+		if e == 0 {
+			ks, err := moeKernels(ms[0].W, ms[1].W, ms[2].W)
+			if err != nil {
+				if !l.refused["RouteExperts"] {
+					l.refused["RouteExperts"] = true
+					slog.Info("cuda: the layer's experts are routed on the host (no device kernel for them)", "layer", layer, "why", err)
+				}
+				return nil, false
+			}
+			kernels = ks
+			for i, m := range ms {
+				shape[i] = m.W
+			}
+		}
+		for i, m := range ms {
+			d, ok := m.Dev.(*devMat)
+			if !ok || !sameShape(m.W, shape[i]) {
+				return nil, false
+			}
+			for j, p := range []devptr{d.w, d.s, d.b} {
+				binary.LittleEndian.PutUint64(words[8*(9*e+3*i+j):], p)
+			}
+		}
+	}
+	if tab == nil || tab.cap < E {
+		p, err := l.devAlloc(int64(len(words)), fmt.Sprintf("the expert table of layer %d", layer))
+		if err != nil {
+			l.fail("RouteExperts", err)
+			return nil, false
+		}
+		if tab != nil {
+			// Queued work may still read the old one: free it when the
+			// streams are idle.
+			l.retired = append(l.retired, tab.p)
+		}
+		tab = &expertTable{p: p, cap: E}
+		if l.tables == nil {
+			l.tables = map[tableKey]*expertTable{}
+		}
+		l.tables[tk] = tab
+	}
+	if err := l.upload(tab.p, words, false); err != nil {
+		l.fail("RouteExperts", err)
+		return nil, false
+	}
+	for e := range E {
+		c.touch(c.slots[expertKey{src: key0.src, layer: layer, expert: e}])
+	}
+	tab.version, tab.shape, tab.kernels, tab.uses = c.version, shape, kernels, 0
+	return tab, true
+}
+
+// faultWord returns the device word the MoE kernels report a token without
+// experts in (allocated and zeroed once); lock held.
+func (l *Layer) faultWord() (devptr, error) {
+	if l.fault != 0 {
+		return l.fault, nil
+	}
+	p, err := l.devAlloc(4, "the routed experts' fault word")
+	if err != nil {
+		return 0, err
+	}
+	if err := l.b.dev.memset(p, 4); err != nil {
+		return 0, err
+	}
+	l.fault = p
+	return p, nil
+}
+
+// checkFault reads the fault word after a pass that routed on the device
+// (streams idle) and clears it; lock held.
+func (l *Layer) checkFault() {
+	if !l.faultArmed || l.fault == 0 {
+		return
+	}
+	l.faultArmed = false
+	var w [4]byte
+	if err := l.download(w[:], l.fault); err != nil {
+		l.fail("EndPass", err)
+		return
+	}
+	v := binary.LittleEndian.Uint32(w[:])
+	if v == 0 {
+		return
+	}
+	if err := l.b.dev.memset(l.fault, 4); err != nil {
+		l.fail("EndPass", err)
+	}
+	l.fail("RouteExperts", fmt.Errorf("cuda: layer %d: a token's router logits hold a NaN (it chose no expert)", v-1))
+}
+
+// dropTables forgets every table (streams idle); lock held.
+func (l *Layer) dropTables() {
+	for _, t := range l.tables {
+		l.retired = append(l.retired, t.p)
+	}
+	l.tables = nil
+	l.freeRetired()
+}
+
+// freeRetired frees tables replaced since the streams were last idle;
+// lock held, streams idle.
+func (l *Layer) freeRetired() {
+	for _, p := range l.retired {
+		if err := l.devFree(p); err != nil {
+			l.fail("freeing an expert table", err)
+		}
+	}
+	l.retired = nil
+}
+
+// moeParams are one MoE kernel's arguments (MoEParams).
+type moeParams struct {
+	table, sel, wts, scale, x, y, fault devptr
+	m                                   mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
+	k, E, act, layer                    int
+}
+
+// kMoE queues a moe_gateup_* kernel over n = T·k slots or a moe_down_*
+// kernel over n = T tokens.
+func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
+	m := p.m
+	if n < 1 || n > maxGridY || p.k < 1 || p.k > routeMaxK {
+		return fmt.Errorf("cuda: kernel %s: %d groups along y, k %d", kernel, n, p.k)
+	}
+	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.k)*int64(n)*int64(m.Cols)); err != nil {
+		return err
+	}
+	rows := 1
+	if kernel == "moe_gateup_q4" || kernel == "moe_gateup_q8" || kernel == "moe_down_q4" || kernel == "moe_down_q8" {
+		rows = qRows
+	}
+	groups := ceilDiv(m.Rows, rows) // moe_down_*: rows per group
+	if kernel[:9] == "moe_gateu" {
+		groups = ceilDiv(m.Rows, rows*rowsPerTG) // rows per simdgroup
+	}
+	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).
+		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
+	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, q, sizeMoE)
+}

@@ -1,0 +1,240 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/mlxq"
+)
+
+// The routed-expert kernels (kernels/22_moe.cu) on the CPU emulator
+// (testdata/emu/moe.cpp: the kernels' own source, 256 threads a group,
+// the simdgroup sums warp-collective), against the CPU backend's products:
+// the table lookups, the slots' and tokens' rows, the fused GLU and the
+// combine's order, every kernel variant, and a token without an expert.
+
+// moeImage is the emulator's memory: buffers at 256-byte aligned offsets.
+type moeImage struct{ mem []byte }
+
+func (m *moeImage) put(b []byte) uint64 {
+	off := (len(m.mem) + 255) &^ 255
+	m.mem = append(m.mem, make([]byte, off-len(m.mem))...)
+	m.mem = append(m.mem, b...)
+	return uint64(off)
+}
+
+func (m *moeImage) floats(off uint64, n int) []float32 { return f32s(m.mem[off : off+uint64(4*n)]) }
+
+// runMoEEmu runs kernel over (gx, gy) groups with p (pointers as offsets
+// into img, ^0 for none) and returns the memory after the run.
+func runMoEEmu(t *testing.T, bin, kernel string, gx, gy int, p moeParams, img *moeImage) *moeImage {
+	t.Helper()
+	m := p.m
+	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).
+		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
+	var in bytes.Buffer
+	in.Write(q)
+	binary.Write(&in, binary.LittleEndian, uint64(len(img.mem)))
+	in.Write(img.mem)
+	dir := t.TempDir()
+	inf, outf := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	if err := os.WriteFile(inf, in.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, kernel, fmt.Sprint(gx), fmt.Sprint(gy), inf, outf).CombinedOutput(); err != nil {
+		t.Fatalf("emu %s: %v\n%s", kernel, err, out)
+	}
+	raw, err := os.ReadFile(outf)
+	if err != nil || len(raw) != len(img.mem) {
+		t.Fatalf("emu %s: %d bytes back of %d (%v)", kernel, len(raw), len(img.mem), err)
+	}
+	return &moeImage{mem: raw}
+}
+
+func buildMoEEmu(t *testing.T) string {
+	t.Helper()
+	cxx, err := exec.LookPath("clang++")
+	if err != nil {
+		t.Skipf("no clang++: %v", err)
+	}
+	src, err := os.ReadFile("testdata/emu/moe.cpp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(src, []byte(fmt.Sprintf("#define QK_ACT_GELU_TANH %du", actGELUTanh))) {
+		t.Fatalf("testdata/emu/moe.cpp's QK_ACT_GELU_TANH is not %d", actGELUTanh)
+	}
+	bin := filepath.Join(t.TempDir(), "moe")
+	args := []string{"-std=c++17", "-O1", "-g", "-pthread", "-Wall", "-o", bin, "testdata/emu/moe.cpp"}
+	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+		t.Fatalf("clang++ %v: %v\n%s", args, err, out)
+	}
+	return bin
+}
+
+func absMag(m mlxq.Matrix, x []float32) []float64 {
+	var w []float32
+	if m.Bits > 0 {
+		w = m.Dequantize()
+	} else {
+		w = make([]float32, m.Rows*m.Cols)
+		mlxq.DecodeFloats(w, m.Weight, m.Type)
+	}
+	mag := make([]float64, m.Rows)
+	for r := range m.Rows {
+		for j := range m.Cols {
+			mag[r] += math.Abs(float64(w[r*m.Cols+j]) * float64(x[j]))
+		}
+	}
+	return mag
+}
+
+func TestMoEKernelsEmulated(t *testing.T) {
+	bin := buildMoEEmu(t)
+	r := rand.New(rand.NewPCG(61, 62))
+	seen := map[string]bool{}
+	for ci, c := range []struct {
+		bits, group int
+		st          mlxq.Float
+		H, I        int
+		gelu, scale bool
+	}{
+		{4, 32, mlxq.BF16, 96, 64, false, false},
+		{4, 64, mlxq.F32, 128, 192, true, true},
+		{8, 64, mlxq.F16, 64, 128, false, true},
+		{3, 64, mlxq.BF16, 128, 64, false, false},
+		{6, 32, mlxq.F16, 64, 96, true, false},
+		{0, 0, mlxq.BF16, 64, 40, false, false},
+		{0, 0, mlxq.F32, 40, 64, true, true},
+	} {
+		const E, T, k, layer = 5, 3, 3, 7
+		ks, err := moeKernels(mlxq.Matrix{Rows: c.I, Cols: c.H, Bits: c.bits, GroupSize: c.group, Type: c.st},
+			mlxq.Matrix{Rows: c.I, Cols: c.H, Bits: c.bits, GroupSize: c.group, Type: c.st},
+			mlxq.Matrix{Rows: c.H, Cols: c.I, Bits: c.bits, GroupSize: c.group, Type: c.st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[ks[0]], seen[ks[1]] = true, true
+		name := fmt.Sprintf("%s/%s %d-bit g%d %v H%d I%d", ks[0], ks[1], c.bits, c.group, c.st, c.H, c.I)
+		img := &moeImage{}
+		var mats [E][3]mlxq.Matrix
+		table := make([]byte, 8*9*E)
+		for e := range E {
+			for j, shape := range [][2]int{{c.I, c.H}, {c.I, c.H}, {c.H, c.I}} {
+				m := makeMatrix(t, r, matCase{shape[0], shape[1], c.bits, c.group, c.st})
+				mats[e][j] = m
+				for i, part := range [][]byte{m.Weight, m.Scales, m.Biases} {
+					binary.LittleEndian.PutUint64(table[8*(9*e+3*j+i):], img.put(part))
+				}
+			}
+		}
+		// Token 1's second slot chose no expert (a NaN in its logits).
+		sel := []int32{4, 0, 2, 1, -1, 3, 2, 4, 0}
+		wts := []float32{0.5, 0.3, 0.2, 0.6, 0.9, 0.4, 0.25, 0.7, 0.05}
+		scale := []float32{1.5, 0.5, 2, 0.75, 1.25}
+		x := randVec(r, T*c.H, 1)
+		p := moeParams{table: img.put(table), sel: img.put(i32b(sel)), wts: img.put(f32b(wts)), scale: ^uint64(0),
+			x: img.put(f32b(x)), k: k, E: E, layer: layer}
+		if c.scale {
+			p.scale = img.put(f32b(scale))
+		}
+		if c.gelu {
+			p.act = actGELUTanh
+		}
+		h := img.put(make([]byte, 4*T*k*c.I))
+		out := img.put(make([]byte, 4*T*c.H))
+		p.fault = img.put(make([]byte, 4))
+		// Poison the outputs: every element must be written.
+		for i := range img.floats(h, T*k*c.I) {
+			img.floats(h, T*k*c.I)[i] = float32(math.NaN())
+		}
+		for i := range img.floats(out, T*c.H) {
+			img.floats(out, T*c.H)[i] = float32(math.NaN())
+		}
+		per := 1
+		if c.bits == 4 || c.bits == 8 {
+			per = qRows
+		}
+		up := p
+		up.y, up.m = h, mats[0][0]
+		img = runMoEEmu(t, bin, ks[0], ceilDiv(c.I, per*rowsPerTG), T*k, up, img)
+		dn := p
+		dn.x, dn.y, dn.m = h, out, mats[0][2]
+		img = runMoEEmu(t, bin, ks[1], ceilDiv(c.H, per), T, dn, img)
+
+		if f := binary.LittleEndian.Uint32(img.mem[p.fault:]); f != layer+1 {
+			t.Errorf("%s: fault word %d, want %d (layer %d)", name, f, layer+1, layer)
+		}
+		hs := img.floats(h, T*k*c.I)
+		for s, e := range sel {
+			row := hs[s*c.I : (s+1)*c.I]
+			if e < 0 {
+				for i, v := range row {
+					if v != 0 {
+						t.Fatalf("%s: slot %d without an expert: h[%d] = %g, want 0", name, s, i, v)
+					}
+				}
+				continue
+			}
+			xt := x[(s/k)*c.H : (s/k+1)*c.H]
+			g, u := make([]float32, c.I), make([]float32, c.I)
+			runtime.CPU{}.MatMul(mats[e][0], g, xt, 1)
+			runtime.CPU{}.MatMul(mats[e][1], u, xt, 1)
+			mg, mu := absMag(mats[e][0], xt), absMag(mats[e][1], xt)
+			for i := range c.I {
+				gv := float64(g[i])
+				a := gv / (1 + math.Exp(-gv))
+				if c.gelu {
+					a = 0.5 * gv * (1 + math.Tanh(0.7978845608028654*(gv+0.044715*gv*gv*gv)))
+				}
+				want := a * float64(u[i])
+				bound := matTol*(1.2*mg[i]*math.Abs(float64(u[i]))+math.Abs(a)*mu[i]) + 1e-6*math.Abs(want) + 1e-7
+				if d := math.Abs(float64(row[i]) - want); !(d <= bound) {
+					t.Fatalf("%s: slot %d (expert %d) h[%d] = %g, want %g (|d| %.3g > %.3g)", name, s, e, i, row[i], want, d, bound)
+				}
+			}
+		}
+		os := img.floats(out, T*c.H)
+		for tok := range T {
+			want, mag := make([]float64, c.H), make([]float64, c.H)
+			for j := range k {
+				s := tok*k + j
+				e := sel[s]
+				if e < 0 {
+					continue
+				}
+				w := float64(wts[s])
+				if c.scale {
+					w *= float64(scale[e])
+				}
+				d := make([]float32, c.H)
+				runtime.CPU{}.MatMul(mats[e][2], d, hs[s*c.I:(s+1)*c.I], 1)
+				m := absMag(mats[e][2], hs[s*c.I:(s+1)*c.I])
+				for i := range c.H {
+					want[i] += w * float64(d[i])
+					mag[i] += math.Abs(w) * (m[i] + math.Abs(float64(d[i])))
+				}
+			}
+			for i := range c.H {
+				if d := math.Abs(float64(os[tok*c.H+i]) - want[i]); !(d <= matTol*mag[i]+1e-7) {
+					t.Fatalf("%s: out[%d][%d] = %g, want %g (|d| %.3g > %.3g)", name, tok, i, os[tok*c.H+i], want[i], d, matTol*mag[i])
+				}
+			}
+		}
+		t.Logf("case %d %s: within bounds", ci, name)
+	}
+	for _, k := range kernelNames {
+		if strings.HasPrefix(k, "moe_") && !seen[k] {
+			t.Errorf("kernel %s is not emulated", k)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+// Runs one kernel of kernels/22_moe.cu (over 20_gemv.cu's row products) on
+// the CPU (see prelude.h).
+//   moe KERNEL GX GY IMAGE OUT
+// IMAGE: the 96-byte MoEParams block whose 7 pointers are byte offsets
+// into the memory that follows (~0: null), then uint64 n and n bytes of
+// memory. The table's E·9 entries (offsets too) are made addresses before
+// the run. OUT: the memory after the run.
+#include "prelude.h"
+// From internal/gpukernels/50_elementwise.qk (that file's kernels are not
+// emulated here; layer_moe_emu_test.go checks the value).
+#define QK_ACT_GELU_TANH 1u
+#include "../../../internal/gpukernels/00_common.qk"
+#include "../../kernels/10_common.cu"
+#include "../../kernels/20_gemv.cu"
+#include "../../kernels/22_moe.cu"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+thread_local uint qp_emu_tid;
+uint qp_emu_gx, qp_emu_gy;
+QpEmuWarp qp_emu_warps[8];
+float qp_emu_shfl[8][32];
+static pthread_barrier_t group_barrier;
+static pthread_barrier_t warp_barriers[8];
+
+void qp_emu_barrier() { pthread_barrier_wait(&group_barrier); }
+void qp_emu_warp_barrier(uint w) { pthread_barrier_wait(&warp_barriers[w]); }
+
+int main(int argc, char** argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: moe KERNEL GX GY IMAGE OUT\n");
+        return 2;
+    }
+    std::string k = argv[1];
+    void (*kern)(MoEParams) = k == "moe_gateup_q4" ? moe_gateup_q4 : k == "moe_gateup_q8" ? moe_gateup_q8
+                            : k == "moe_gateup_qn" ? moe_gateup_qn : k == "moe_gateup_dense" ? moe_gateup_dense
+                            : k == "moe_down_q4" ? moe_down_q4 : k == "moe_down_q8" ? moe_down_q8
+                            : k == "moe_down_qn" ? moe_down_qn : k == "moe_down_dense" ? moe_down_dense : nullptr;
+    if (!kern) {
+        fprintf(stderr, "no kernel %s\n", argv[1]);
+        return 2;
+    }
+    uint gx = atoi(argv[2]), gy = atoi(argv[3]);
+    FILE* f = fopen(argv[4], "rb");
+    if (!f) {
+        return 2;
+    }
+    static_assert(sizeof(MoEParams) == 96, "MoEParams");
+    ulong raw[12];
+    ulong n = 0;
+    if (fread(raw, 8, 12, f) != 12 || fread(&n, 8, 1, f) != 1) {
+        return 2;
+    }
+    // 16-byte aligned memory with 64 spare bytes (never read).
+    std::vector<qp_uint4> store((n + 64 + 15) / 16);
+    uchar* mem = (uchar*)store.data();
+    if (n && fread(mem, 1, n, f) != n) {
+        fprintf(stderr, "short image\n");
+        return 2;
+    }
+    fclose(f);
+    for (int i = 0; i < 7; i++) {
+        if (raw[i] == ~0ul) {
+            raw[i] = 0;
+        } else if (raw[i] >= n) {
+            fprintf(stderr, "pointer %d past the memory\n", i);
+            return 2;
+        } else {
+            raw[i] = ulong(uintptr_t(mem + raw[i]));
+        }
+    }
+    MoEParams p;
+    memcpy(&p, raw, sizeof p);
+    ulong* table = (ulong*)p.table;
+    for (ulong i = 0; i < ulong(p.E) * 9; i++) {
+        if (table[i] >= n) {
+            fprintf(stderr, "table entry %lu past the memory\n", i);
+            return 2;
+        }
+        table[i] = ulong(uintptr_t(mem + table[i]));
+    }
+    pthread_barrier_init(&group_barrier, nullptr, QP_TG);
+    for (auto& wb : warp_barriers) {
+        pthread_barrier_init(&wb, nullptr, 32);
+    }
+    for (uint y = 0; y < gy; y++) {
+        for (uint x = 0; x < gx; x++) {
+            qp_emu_gx = x;
+            qp_emu_gy = y;
+            std::vector<std::thread> th;
+            for (uint t = 0; t < QP_TG; t++) {
+                th.emplace_back([=] {
+                    qp_emu_tid = t;
+                    kern(p);
+                });
+            }
+            for (auto& t : th) {
+                t.join();
+            }
+        }
+    }
+    for (ulong i = 0; i < ulong(p.E) * 9; i++) {
+        table[i] -= ulong(uintptr_t(mem));
+    }
+    FILE* o = fopen(argv[5], "wb");
+    if (!o || (n && fwrite(mem, 1, n, o) != n) || fclose(o)) {
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,62 @@
+package nn
+
+// ExpertRouter is implemented by a Device that can route a sparse layer and
+// run its routed experts without the host: when it holds every expert of
+// the layer in its own cache, the router's top-k, the experts' GLUs and
+// their weighted sum all stay on the device, so the layer needs no wait
+// (Route's), and the experts need no ExpertSource. The result is Route
+// followed by MoE.Run's: the same experts in the same top-k order (up to
+// the float round-off the Device contract allows).
+type ExpertRouter interface {
+	// RouteExperts queues s when the device can run it whole (it holds
+	// every expert of s.Layer of s.Src, and the shapes suit its kernels)
+	// and reports whether it did; false queues nothing. A token whose
+	// logits hold a NaN chooses no expert: the device's next EndPass (or
+	// wait) returns an error then, never a result.
+	RouteExperts(s RoutedSpec) bool
+}
+
+// RoutedSpec is one sparse layer's routing and routed experts over a chunk
+// of T tokens.
+type RoutedSpec struct {
+	Src    ExpertSource
+	Layer  int
+	Logits Tensor // router logits [T, E] (contents afterwards undefined)
+	X      Tensor // the experts' input [T, H]
+	Out    Tensor // Σ_j w_j·expert_j(x) [T, H]
+	T      int
+	E      int // experts in the layer
+	H      int // hidden size (the experts' input and output width)
+	K      int // experts per token
+	// Norm renormalises each token's K weights to sum one (before Scale).
+	Norm bool
+	// Scale, when set (E floats), multiplies expert e's weight by
+	// Scale[e] after routing (Gemma 4's per-expert scale); ScaleDev is
+	// the same vector made resident on the device (Binding.V).
+	Scale    []float32
+	ScaleDev Tensor
+	Act      Activation
+}
+
+// Routed runs s: on the device when it is an ExpertRouter that can
+// (overlap then queues after the routed work), else through Route and Run
+// (overlap between the prefetch and the first read, as Run documents).
+// d.Experts must be s.Src.
+func (d *MoE) Routed(s RoutedSpec, overlap func()) error {
+	if rt, ok := d.Device.(ExpertRouter); ok && rt.RouteExperts(s) {
+		if overlap != nil {
+			overlap()
+		}
+		return nil
+	}
+	r := NewRouting(s.T, s.K)
+	if err := d.Device.Route(r, s.Logits, s.T, s.E, s.Norm); err != nil {
+		return err
+	}
+	if s.Scale != nil {
+		for i, e := range r.Sel {
+			r.Wts[i] *= s.Scale[e]
+		}
+	}
+	return d.Run(s.Layer, s.X, s.T, s.H, r, overlap, s.Out)
+}
