@@ -33,6 +33,9 @@ func TestDeviceConformanceGPU(t *testing.T) {
 	if s.HostOps != 0 {
 		t.Errorf("%d ops ran on the host path on the GPU", s.HostOps)
 	}
+	if s.RoutedLayers == 0 {
+		t.Error("RoutedExperts never routed on the GPU")
+	}
 }
 
 func TestModelsConformanceGPU(t *testing.T) {

@@ -57,10 +57,16 @@ type stepResult struct {
 	// The CUDA backend during the measurement, per token: the device
 	// expert cache's hit rate and the bytes it copied in, and the layer
 	// ops computed on the host (no kernel for them yet).
-	DevExpertHitRate       float64 `json:"device_expert_hit_rate"`
-	DevExpertBytesPerToken float64 `json:"device_expert_bytes_per_token"`
-	HostOpsPerToken        float64 `json:"host_ops_per_token"`
-	LaunchesPerToken       float64 `json:"launches_per_token"`
+	DevExpertHitRate float64 `json:"device_expert_hit_rate"`
+	// DevExpertLookupsPerToken counts the host's questions to the device
+	// cache (none for a layer routed on the device).
+	DevExpertLookupsPerToken float64 `json:"device_expert_lookups_per_token"`
+	DevExpertBytesPerToken   float64 `json:"device_expert_bytes_per_token"`
+	HostOpsPerToken          float64 `json:"host_ops_per_token"`
+	LaunchesPerToken         float64 `json:"launches_per_token"`
+	// RoutedPerToken is the sparse layers per token whose routing and
+	// experts ran on the device without a wait (nn.ExpertRouter).
+	RoutedPerToken float64 `json:"device_routed_layers_per_token"`
 
 	// The CUDA backend's counters after the step, and its first device
 	// error (calls then fell back to the CPU).
@@ -162,12 +168,15 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 			return
 		}
 		n := float64(res.Tokens)
-		if lookups := (c1.ExpertHits - c0.ExpertHits) + (c1.ExpertMisses - c0.ExpertMisses); lookups > 0 {
+		lookups := (c1.ExpertHits - c0.ExpertHits) + (c1.ExpertMisses - c0.ExpertMisses)
+		res.DevExpertLookupsPerToken = float64(lookups) / n
+		if lookups > 0 {
 			res.DevExpertHitRate = float64(c1.ExpertHits-c0.ExpertHits) / float64(lookups)
 		}
 		res.DevExpertBytesPerToken = float64(c1.ExpertBytes-c0.ExpertBytes) / n
 		res.HostOpsPerToken = float64(c1.HostOps-c0.HostOps) / n
 		res.LaunchesPerToken = float64(c1.Launches-c0.Launches) / n
+		res.RoutedPerToken = float64(c1.RoutedLayers-c0.RoutedLayers) / n
 	}()
 	if step == "prefill" {
 		before := r.Cache.Stats()

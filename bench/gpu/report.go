@@ -155,8 +155,12 @@ func (rep *report) print(w io.Writer) error {
 
 // cudaLine describes what the CUDA backend did per token.
 func cudaLine(r *stepResult) string {
-	return fmt.Sprintf("layered %v; device expert cache hit rate %.1f%%, %s copied in per token; %.1f kernel launches and %.1f layer ops on the host per token",
-		r.Layered, 100*r.DevExpertHitRate, mib(r.DevExpertBytesPerToken), r.LaunchesPerToken, r.HostOpsPerToken)
+	hit := fmt.Sprintf("%.1f%%", 100*r.DevExpertHitRate)
+	if r.DevExpertLookupsPerToken == 0 {
+		hit = "- (no lookups)"
+	}
+	return fmt.Sprintf("layered %v; device expert cache hit rate %s, %s copied in per token; %.1f kernel launches, %.1f layer ops on the host and %.1f sparse layers routed on the device per token",
+		r.Layered, hit, mib(r.DevExpertBytesPerToken), r.LaunchesPerToken, r.HostOpsPerToken, r.RoutedPerToken)
 }
 
 func orUnknown(s string) string {

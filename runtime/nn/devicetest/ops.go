@@ -42,6 +42,7 @@ func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	run("Combine", testCombine)
 	run("Route", testRoute)
 	run("Expert", testExpert)
+	run("RoutedExperts", testRoutedExperts)
 	run("Determinism", testDeterminism)
 }
 

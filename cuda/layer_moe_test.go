@@ -1,0 +1,110 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// Routing on the device follows the expert cache: a layer routes there
+// only while every one of its experts is cached; its table is built once
+// per version of the cache and rebuilt after a change (a slot evicted and
+// refilled at another address), and the result is the host path's (Route,
+// then MoE.Run over the cached experts) bit for bit on the fake.
+func TestLayerRoutedExpertsTable(t *testing.T) {
+	l, _ := layerOf(t)
+	b := l.b
+	r := rand.New(rand.NewPCG(71, 72))
+	const E, H, I, K, layer = 4, 64, 32, 2, 5
+	ws := make([]*nn.ExpertWeights, E)
+	for e := range ws {
+		ws[e] = &nn.ExpertWeights{Layer: layer, Expert: e,
+			Gate: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}), Up: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}),
+			Down: makeMatrix(t, r, matCase{H, I, 4, 32, mlxq.BF16})}
+	}
+	size := 2*matBytes(ws[0].Gate) + matBytes(ws[0].Down)
+	b.SetExpertCacheBytes(int64(E) * size)
+	for _, w := range ws {
+		if _, err := l.Expert(testSrc, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logits := randVec(r, E, 2)
+	x := randVec(r, H, 1)
+	spec := func(src nn.ExpertSource, T int) nn.RoutedSpec {
+		return nn.RoutedSpec{Src: src, Layer: layer, Logits: put(t, l, append(logits, make([]float32, (T-1)*E)...)),
+			X: put(t, l, append(x, make([]float32, (T-1)*H)...)), Out: l.Temp(T * H), T: T, E: E, H: H, K: K, Norm: true, Act: nn.SiLUGate}
+	}
+	routed := func() []float32 {
+		t.Helper()
+		s := spec(testSrc, 1)
+		if !l.RouteExperts(s) {
+			t.Fatal("declined with every expert cached")
+		}
+		out := get(t, l, s.Out)
+		if err := l.EndPass(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The host path over the same cached experts.
+	s := spec(testSrc, 1)
+	rt := nn.NewRouting(1, K)
+	if err := l.Route(rt, s.Logits, 1, E, true); err != nil {
+		t.Fatal(err)
+	}
+	moe := &nn.MoE{Device: l, Experts: testSrc, Act: nn.SiLUGate}
+	if err := moe.Run(layer, s.X, 1, H, rt, nil, s.Out); err != nil {
+		t.Fatal(err)
+	}
+	want := get(t, l, s.Out)
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	sameBits(t, "routed on the device vs the host path", routed(), want)
+	tab := l.tables[tableKey{testSrc, layer}]
+	v := tab.version
+	sameBits(t, "again (the same table)", routed(), want)
+	if l.tables[tableKey{testSrc, layer}] != tab || tab.version != v {
+		t.Fatal("the table was rebuilt without a change of the cache")
+	}
+	if got := b.Stats().RoutedLayers; got != 2 {
+		t.Fatalf("%d layers routed, want 2", got)
+	}
+	// Not routed: another source's layer, another layer, a chunk too long.
+	for _, c := range []nn.RoutedSpec{spec(&nullSource{}, 1), func() nn.RoutedSpec { s := spec(testSrc, 1); s.Layer = layer + 1; return s }(),
+		spec(testSrc, routedMaxTokens+1)} {
+		if l.RouteExperts(c) {
+			t.Fatalf("routed layer %d of %T with T=%d", c.Layer, c.Src, c.T)
+		}
+	}
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	// A smaller budget evicts one expert at EndPass: the host path again.
+	b.SetExpertCacheBytes(int64(E-1) * size)
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	if l.RouteExperts(spec(testSrc, 1)) {
+		t.Fatal("routed with an expert evicted")
+	}
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	// Back (into another slot): a rebuilt table, the same result.
+	b.SetExpertCacheBytes(int64(E) * size)
+	for e, w := range ws {
+		if _, ok := l.CachedExpert(testSrc, layer, e); !ok {
+			if _, err := l.Expert(testSrc, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sameBits(t, "after the expert came back", routed(), want)
+	if tab.version == v {
+		t.Fatal("the table was not rebuilt after the cache changed")
+	}
+}
