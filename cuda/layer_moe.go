@@ -328,3 +328,43 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
 	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, q, sizeMoE)
 }
+
+// MissingExperts implements nn.ExpertRouter: the experts of a layer that
+// is partly cached, with kernels for its shapes, when they fit in the
+// budget beside everything cached.
+func (l *Layer) MissingExperts(src nn.ExpertSource, layer, E int) []int {
+	key0, cacheable := keyOf(src, layer, 0)
+	if !cacheable || E < 1 || E > routeMaxE {
+		return nil
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if !ok || !l.kernels {
+		return nil
+	}
+	c := &l.experts
+	have := c.perLayer[tableKey{src: key0.src, layer: layer}]
+	if have == 0 || have >= E {
+		return nil
+	}
+	var miss []int
+	var size int64
+	for e := range E {
+		s, ok := c.slots[expertKey{src: key0.src, layer: layer, expert: e}]
+		if !ok {
+			miss = append(miss, e)
+			continue
+		}
+		if size == 0 {
+			if _, err := moeKernels(s.mats.Gate.W, s.mats.Up.W, s.mats.Down.W); err != nil {
+				return nil
+			}
+			size = s.size
+		}
+	}
+	c.decide(l)
+	if c.bytes+int64(len(miss))*size > c.budget {
+		return nil
+	}
+	return miss
+}

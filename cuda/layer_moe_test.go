@@ -91,17 +91,29 @@ func TestLayerRoutedExpertsTable(t *testing.T) {
 	if l.RouteExperts(spec(testSrc, 1)) {
 		t.Fatal("routed with an expert evicted")
 	}
+	if miss := l.MissingExperts(testSrc, layer, E); miss != nil {
+		t.Fatalf("missing %v offered without room in the budget", miss)
+	}
 	if err := l.EndPass(); err != nil {
 		t.Fatal(err)
 	}
 	// Back (into another slot): a rebuilt table, the same result.
 	b.SetExpertCacheBytes(int64(E) * size)
-	for e, w := range ws {
-		if _, ok := l.CachedExpert(testSrc, layer, e); !ok {
-			if _, err := l.Expert(testSrc, w); err != nil {
-				t.Fatal(err)
-			}
-		}
+	miss := l.MissingExperts(testSrc, layer, E)
+	if len(miss) != 1 {
+		t.Fatalf("missing %v with room for one expert", miss)
+	}
+	if _, ok := l.CachedExpert(testSrc, layer, miss[0]); ok {
+		t.Fatalf("expert %d is cached, but said missing", miss[0])
+	}
+	if _, err := l.Expert(testSrc, ws[miss[0]]); err != nil {
+		t.Fatal(err)
+	}
+	if miss := l.MissingExperts(testSrc, layer, E); miss != nil {
+		t.Fatalf("missing %v with every expert cached", miss)
+	}
+	if miss := l.MissingExperts(testSrc, layer+1, E); miss != nil {
+		t.Fatalf("missing %v of a layer never seen", miss)
 	}
 	sameBits(t, "after the expert came back", routed(), want)
 	if tab.version == v {

@@ -1,5 +1,7 @@
 package nn
 
+import "fmt"
+
 // ExpertRouter is implemented by a Device that can route a sparse layer and
 // run its routed experts without the host: when it holds every expert of
 // the layer in its own cache, the router's top-k, the experts' GLUs and
@@ -14,6 +16,14 @@ type ExpertRouter interface {
 	// logits hold a NaN chooses no expert: the device's next EndPass (or
 	// wait) returns an error then, never a result.
 	RouteExperts(s RoutedSpec) bool
+	// MissingExperts lists (ascending) the experts of src's layer of E
+	// the device lacks to route it, when it would route the layer once
+	// given them and has room for them without dropping any other; nil
+	// otherwise (the layer was never seen, its shapes do not suit the
+	// device, or its cache is full). MoE.Routed reads them once: a layer
+	// whose experts all fit then routes on the device from its next
+	// token on, even when some of them have not been chosen yet.
+	MissingExperts(src ExpertSource, layer, E int) []int
 }
 
 // RoutedSpec is one sparse layer's routing and routed experts over a chunk
@@ -43,11 +53,22 @@ type RoutedSpec struct {
 // (overlap between the prefetch and the first read, as Run documents).
 // d.Experts must be s.Src.
 func (d *MoE) Routed(s RoutedSpec, overlap func()) error {
-	if rt, ok := d.Device.(ExpertRouter); ok && rt.RouteExperts(s) {
-		if overlap != nil {
-			overlap()
+	if rt, ok := d.Device.(ExpertRouter); ok {
+		routed := rt.RouteExperts(s)
+		if !routed {
+			if miss := rt.MissingExperts(s.Src, s.Layer, s.E); len(miss) > 0 {
+				if err := d.complete(s.Layer, miss); err != nil {
+					return err
+				}
+				routed = rt.RouteExperts(s)
+			}
 		}
-		return nil
+		if routed {
+			if overlap != nil {
+				overlap()
+			}
+			return nil
+		}
 	}
 	r := NewRouting(s.T, s.K)
 	if err := d.Device.Route(r, s.Logits, s.T, s.E, s.Norm); err != nil {
@@ -59,4 +80,21 @@ func (d *MoE) Routed(s RoutedSpec, overlap func()) error {
 		}
 	}
 	return d.Run(s.Layer, s.X, s.T, s.H, r, overlap, s.Out)
+}
+
+// complete hands the device the experts it lacks for layer l (read from
+// the source, released once the device holds them).
+func (d *MoE) complete(l int, miss []int) error {
+	for _, e := range miss {
+		w, err := d.Experts.Expert(l, e)
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
+		}
+		_, err = d.Device.Expert(d.Experts, w)
+		d.Experts.Release(w)
+		if err != nil {
+			return fmt.Errorf("layer %d expert %d: %w", l, e, err)
+		}
+	}
+	return nil
 }

@@ -79,6 +79,9 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 		if rt.RouteExperts(spec) {
 			t.Fatalf("%s: routed with expert %d of the layer never handed to the device", name, E-1)
 		}
+		if miss := rt.MissingExperts(src, layer, E); miss != nil && (len(miss) != 1 || miss[0] != E-1) {
+			t.Fatalf("%s: MissingExperts %v, want [%d] (or nil)", name, miss, E-1)
+		}
 		exact(t, name+": output after a declined RouteExperts", get(t, dev, spec.Out), sentinel)
 		endPass(t, dev)
 
