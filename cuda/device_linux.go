@@ -111,6 +111,8 @@ type gpu struct {
 	// out holds the driver's out-parameters: heap memory that cannot move
 	// while a call writes it (a Go stack can; calls are serialized).
 	out [4]uint64
+	// graphState: 0 not looked up, 1 the graph symbols are there, -1 not.
+	graphState int
 }
 
 // outp is the address of out-parameter slot i.

@@ -18,9 +18,9 @@ import (
 // grids the host side computes.
 func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	ptr := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
-	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[56+4*j:])) }
+	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[64+4*j:])) }
 	rows, cols, group, st, bits, kk, E, act, layer := u(0), u(1), u(2), mlxq.Float(u(3)), u(4), u(5), u(6), u(7), u(8)
-	table, selp, wtsp, scalep, xp, yp, faultp := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6)
+	table, selp, wtsp, scalep, xp, yp, faultp, gatep := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7)
 	gateup := k[:10] == "moe_gateup"
 	per := 1
 	if bits == 4 || bits == 8 {
@@ -104,6 +104,13 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 			}
 			runtime.CPU{}.MatMul(mat(e, 2), res[i*rows:(i+1)*rows], view(xp+uint64(4*s*cols), cols), 1)
 		}
-		h.Combine(nn.HostTensor(view(yp+uint64(4*t*rows), rows)), nn.HostTensor(res), w, 1, kk, rows)
+		y := nn.HostTensor(view(yp+uint64(4*t*rows), rows))
+		if gatep == 0 {
+			h.Combine(y, nn.HostTensor(res), w, 1, kk, rows)
+			continue
+		}
+		sum := make([]float32, rows)
+		h.Combine(nn.HostTensor(sum), nn.HostTensor(res), w, 1, kk, rows)
+		h.AddGated(y, nn.HostTensor(sum), nn.HostTensor(view(gatep+uint64(4*t), 1)), 1, rows)
 	}
 }

@@ -46,6 +46,8 @@ type Layer struct {
 	retired    []devptr
 	fault      devptr
 	faultArmed bool
+	shared     map[*devMat]*sharedExpert // shared experts' tables, by their gate matrix
+	consts     devptr                    // zeros and ones for them (moeConsts)
 	closed     bool
 	released   bool
 }
@@ -191,7 +193,7 @@ func (l *Layer) release() error {
 		errs = append(errs, l.b.dev.memFree(p))
 	}
 	l.owned = map[devptr]int64{}
-	l.tables, l.retired, l.fault = nil, nil, 0
+	l.tables, l.retired, l.fault, l.shared, l.consts = nil, nil, 0, nil, 0
 	l.ropes = map[*nn.RoPE]devptr{}
 	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {

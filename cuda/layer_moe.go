@@ -36,7 +36,7 @@ import (
 const routedMaxTokens = 8
 
 // sizeMoE is the size of MoEParams (kernels/22_moe.cu).
-const sizeMoE = 96
+const sizeMoE = 104
 
 // tableKey names a layer of a model's experts.
 type tableKey struct {
@@ -104,6 +104,12 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		return false
 	}
 	I := gate.Rows
+	var shared *sharedExpert
+	if s.Shared != nil {
+		if shared, ok = l.sharedExpert(*s.Shared, H); !ok || s.SharedGate.N < T {
+			return false
+		}
+	}
 	// Past here the work is queued (or the device error kept): true.
 	lp, xp, op := addr(s.Logits, T*E), addr(s.X, T*H), addr(s.Out, T*H)
 	var sp devptr
@@ -111,6 +117,9 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		sp = addr(s.ScaleDev, E)
 	}
 	fault, err := l.faultWord()
+	if err == nil && shared != nil {
+		err = l.moeConsts()
+	}
 	if err != nil {
 		l.fail("RouteExperts", err)
 		return true
@@ -150,6 +159,29 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 	if err := l.b.kMoE(tab.kernels[1], dn, T); err != nil {
 		l.fail("RouteExperts", err)
 		return true
+	}
+	if shared != nil {
+		// The shared expert: a table of one, every token's slot 0 of
+		// weight 1, gated into Out.
+		Is := shared.gate.Rows
+		h2, err := l.scratch(4 * int64(T*Is))
+		if err != nil {
+			l.fail("RouteExperts", err)
+			return true
+		}
+		sp := moeParams{table: shared.table, sel: l.consts, wts: l.consts + 4*routeMaxK, fault: fault, k: 1, E: 1, layer: s.Layer}
+		up := sp
+		up.x, up.y, up.m, up.act = xp, h2, shared.gate, int(s.Act)
+		dn := sp
+		dn.x, dn.y, dn.m, dn.gate = h2, op, shared.down, addr(s.SharedGate, T)
+		if err := l.b.kMoE(shared.kernels[0], up, T); err != nil {
+			l.fail("RouteExperts", err)
+			return true
+		}
+		if err := l.b.kMoE(shared.kernels[1], dn, T); err != nil {
+			l.fail("RouteExperts", err)
+			return true
+		}
 	}
 	l.faultArmed = true
 	l.b.stats.RoutedLayers++
@@ -279,12 +311,16 @@ func (l *Layer) checkFault() {
 	l.fail("RouteExperts", fmt.Errorf("cuda: layer %d: a token's router logits hold a NaN (it chose no expert)", v-1))
 }
 
-// dropTables forgets every table (streams idle); lock held.
+// dropTables forgets every table, the shared experts' too (a model's
+// weights left the device; streams idle); lock held.
 func (l *Layer) dropTables() {
 	for _, t := range l.tables {
 		l.retired = append(l.retired, t.p)
 	}
-	l.tables = nil
+	for _, se := range l.shared {
+		l.retired = append(l.retired, se.table)
+	}
+	l.tables, l.shared = nil, nil
 	l.freeRetired()
 }
 
@@ -301,9 +337,9 @@ func (l *Layer) freeRetired() {
 
 // moeParams are one MoE kernel's arguments (MoEParams).
 type moeParams struct {
-	table, sel, wts, scale, x, y, fault devptr
-	m                                   mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
-	k, E, act, layer                    int
+	table, sel, wts, scale, x, y, fault, gate devptr
+	m                                         mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
+	k, E, act, layer                          int
 }
 
 // kMoE queues a moe_gateup_* kernel over n = T·k slots or a moe_down_*
@@ -324,7 +360,7 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 	if kernel[:9] == "moe_gateu" {
 		groups = ceilDiv(m.Rows, rows*rowsPerTG) // rows per simdgroup
 	}
-	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).
+	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
 	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, q, sizeMoE)
 }
@@ -367,4 +403,72 @@ func (l *Layer) MissingExperts(src nn.ExpertSource, layer, E int) []int {
 		return nil
 	}
 	return miss
+}
+
+// sharedExpert is a dense MLP's matrices as a one-expert table.
+type sharedExpert struct {
+	table      devptr
+	gate, down mlxq.Matrix
+	kernels    [2]string
+}
+
+// sharedExpert returns the table of a shared expert made of Resident
+// matrices (built once per gate matrix), or false when they are not
+// this device's or the kernels do not take them; lock held.
+func (l *Layer) sharedExpert(m nn.ExpertMats, H int) (*sharedExpert, bool) {
+	g, ok1 := m.Gate.Dev.(*devMat)
+	u, ok2 := m.Up.Dev.(*devMat)
+	d, ok3 := m.Down.Dev.(*devMat)
+	if !ok1 || !ok2 || !ok3 || m.Gate.W.Cols != H {
+		return nil, false
+	}
+	if se, ok := l.shared[g]; ok {
+		return se, true
+	}
+	ks, err := moeKernels(m.Gate.W, m.Up.W, m.Down.W)
+	if err != nil {
+		return nil, false
+	}
+	words := make([]byte, 8*9)
+	for i, dm := range []*devMat{g, u, d} {
+		for j, p := range []devptr{dm.w, dm.s, dm.b} {
+			binary.LittleEndian.PutUint64(words[8*(3*i+j):], p)
+		}
+	}
+	p, err := l.devAlloc(int64(len(words)), "a shared expert's table")
+	if err == nil {
+		err = l.upload(p, words, false)
+	}
+	if err != nil {
+		l.fail("RouteExperts", err)
+		return nil, false
+	}
+	se := &sharedExpert{table: p, gate: m.Gate.W, down: m.Down.W, kernels: ks}
+	if l.shared == nil {
+		l.shared = map[*devMat]*sharedExpert{}
+	}
+	l.shared[g] = se
+	return se, true
+}
+
+// moeConsts uploads, once, routeMaxK int32 zeros (every token's slot 0)
+// then routeMaxK float32 ones (their weights) for the shared expert's
+// kernels; lock held.
+func (l *Layer) moeConsts() error {
+	if l.consts != 0 {
+		return nil
+	}
+	p, err := l.devAlloc(8*routeMaxK, "the shared experts' index and weight vectors")
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 8*routeMaxK)
+	for i := range routeMaxK {
+		binary.LittleEndian.PutUint32(b[4*routeMaxK+4*i:], 0x3f800000) // 1.0
+	}
+	if err := l.upload(p, b, false); err != nil {
+		return err
+	}
+	l.consts = p
+	return nil
 }

@@ -39,7 +39,7 @@ func (m *moeImage) floats(off uint64, n int) []float32 { return f32s(m.mem[off :
 func runMoEEmu(t *testing.T, bin, kernel string, gx, gy int, p moeParams, img *moeImage) *moeImage {
 	t.Helper()
 	m := p.m
-	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).
+	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
 	var in bytes.Buffer
 	in.Write(q)
@@ -143,7 +143,7 @@ func TestMoEKernelsEmulated(t *testing.T) {
 		scale := []float32{1.5, 0.5, 2, 0.75, 1.25}
 		x := randVec(r, T*c.H, 1)
 		p := moeParams{table: img.put(table), sel: img.put(i32b(sel)), wts: img.put(f32b(wts)), scale: ^uint64(0),
-			x: img.put(f32b(x)), k: k, E: E, layer: layer}
+			x: img.put(f32b(x)), gate: ^uint64(0), k: k, E: E, layer: layer}
 		if c.scale {
 			p.scale = img.put(f32b(scale))
 		}
@@ -227,6 +227,34 @@ func TestMoEKernelsEmulated(t *testing.T) {
 			for i := range c.H {
 				if d := math.Abs(float64(os[tok*c.H+i]) - want[i]); !(d <= matTol*mag[i]+1e-7) {
 					t.Fatalf("%s: out[%d][%d] = %g, want %g (|d| %.3g > %.3g)", name, tok, i, os[tok*c.H+i], want[i], d, matTol*mag[i])
+				}
+			}
+		}
+		// A sigmoid-gated shared expert after them (expert 0 as a table of
+		// one, every token's slot 0): out += sigmoid(gl[t])·expert0(x[t]).
+		routedOut := append([]float32(nil), os...)
+		gl := randVec(r, T, 2)
+		sh := p
+		sh.E, sh.k, sh.sel, sh.wts, sh.scale = 1, 1, img.put(make([]byte, 4*T)), img.put(f32b([]float32{1, 1, 1})), ^uint64(0)
+		h2 := img.put(make([]byte, 4*T*c.I))
+		shUp := sh
+		shUp.y, shUp.m = h2, mats[0][0]
+		img = runMoEEmu(t, bin, ks[0], ceilDiv(c.I, per*rowsPerTG), T, shUp, img)
+		shDn := sh
+		shDn.x, shDn.y, shDn.m, shDn.gate = h2, out, mats[0][2], img.put(f32b(gl))
+		img = runMoEEmu(t, bin, ks[1], ceilDiv(c.H, per), T, shDn, img)
+		os = img.floats(out, T*c.H)
+		h2s := img.floats(h2, T*c.I)
+		for tok := range T {
+			d := make([]float32, c.H)
+			runtime.CPU{}.MatMul(mats[0][2], d, h2s[tok*c.I:(tok+1)*c.I], 1)
+			m := absMag(mats[0][2], h2s[tok*c.I:(tok+1)*c.I])
+			sg := 1 / (1 + math.Exp(-float64(gl[tok])))
+			for i := range c.H {
+				want := float64(routedOut[tok*c.H+i]) + sg*float64(d[i])
+				bound := matTol*sg*(m[i]+math.Abs(float64(d[i]))) + 1e-6*math.Abs(want) + 1e-7
+				if dd := math.Abs(float64(os[tok*c.H+i]) - want); !(dd <= bound) {
+					t.Fatalf("%s: gated shared expert: out[%d][%d] = %g, want %g (|d| %.3g > %.3g)", name, tok, i, os[tok*c.H+i], want, dd, bound)
 				}
 			}
 		}

@@ -193,8 +193,12 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 		return nil
 	}
 	// Sampling at temperature 1 from the random model's logits gives varied
-	// tokens, so routing does not settle into a loop.
-	gen := runner.GenOptions{Sample: sample.Params{Temperature: 1, Seed: 42}, MaxNew: 8}
+	// tokens, so routing does not settle into a loop; top-k 64 and top-p
+	// 0.95 as Gemma 4's generation_config.json has them (a model's own
+	// defaults; without a top-k, drawing from the whole vocabulary costs
+	// the host about 1 ms per token at 32K entries, as much as the GPU's
+	// decode step).
+	gen := runner.GenOptions{Sample: sample.Params{Temperature: 1, TopK: 64, TopP: 0.95, Seed: 42}, MaxNew: 8}
 	if _, err := s.Generate(ctx, benchpack.RandomTokens(16, V, 3), gen); err != nil {
 		return err
 	}

@@ -17,7 +17,10 @@
 //   - moe_down_*: group (x, y) = (row block, token t); it computes rows of
 //     the down products of experts sel[t·k+j] on h[t·k+j], j < k, and
 //     writes y[t][row] = sum over j in order of wts[t·k+j]·(scale[e] if
-//     any)·that (the Combine fused, in its order and arithmetic).
+//     any)·that (the Combine fused, in its order and arithmetic); with
+//     gate set, it adds sigmoid(gate[t]) times that sum to y instead
+//     (add_gated's arithmetic: a sigmoid-gated shared expert, run as a
+//     one-expert table after the routed ones).
 // The per-row products are the gemv kernels' (qp_rows_q, qp_row_qn,
 // qp_row_dense), so an expert's outputs are the same bits as through
 // gemv_q4/q8/qn/dense.
@@ -38,6 +41,7 @@ struct MoEParams {
     const float* x;     // gateup: [T][cols]; down: [T·k][cols] (the GLU outputs)
     float* y;           // gateup: [T·k][rows]; down: [T][rows]
     uint* fault;        // [1]
+    const float* gate;  // down only: 0, or [T] logits of a sigmoid gate: y = y + sigmoid(gate[t])·sum
     uint rows;
     uint cols;
     uint group;
@@ -49,7 +53,7 @@ struct MoEParams {
     uint layer; // for the fault word
     uint pad;
 };
-QP_STATIC_ASSERT(sizeof(MoEParams) == 96, "MoEParams layout");
+QP_STATIC_ASSERT(sizeof(MoEParams) == 104, "MoEParams layout");
 
 // BITS: 4 or 8 (QP_QROWS rows per simdgroup), QP_MOE_QN (any width from 2
 // to 8 bits, p.bits; one row) or QP_MOE_DENSE (float32/16, bfloat16 of
@@ -173,7 +177,11 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
             }
             out += w * part[i * R + tid];
         }
-        p.y[ulong(t) * p.rows + row0 + tid] = out;
+        QP_GLOBAL float* y = p.y + ulong(t) * p.rows + row0 + tid;
+        if (p.gate != 0) {
+            out = *y + qk_sigmoid(p.gate[t]) * out; // add_gated's arithmetic
+        }
+        *y = out;
     }
 }
 

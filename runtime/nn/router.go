@@ -46,6 +46,12 @@ type RoutedSpec struct {
 	Scale    []float32
 	ScaleDev Tensor
 	Act      Activation
+	// Shared, when set, is a sigmoid-gated shared expert (Qwen's): Out[t]
+	// += sigmoid(SharedGate[t])·Shared(X[t]) after the routed sum, with
+	// AddGated's arithmetic; SharedGate holds the gate's logits [T] and the
+	// expert uses Act. Its matrices are dense weights (Binding.M).
+	Shared     *ExpertMats
+	SharedGate Tensor
 }
 
 // Routed runs s: on the device when it is an ExpertRouter that can
@@ -79,7 +85,35 @@ func (d *MoE) Routed(s RoutedSpec, overlap func()) error {
 			r.Wts[i] *= s.Scale[e]
 		}
 	}
-	return d.Run(s.Layer, s.X, s.T, s.H, r, overlap, s.Out)
+	var sh Tensor
+	if s.Shared != nil {
+		// The shared expert computes while the routed ones are read.
+		more := overlap
+		overlap = func() {
+			if more != nil {
+				more()
+			}
+			sh = d.Device.Temp(s.T * s.H)
+			glu(d.Device, *s.Shared, s.Act, s.X, sh, s.T)
+		}
+	}
+	if err := d.Run(s.Layer, s.X, s.T, s.H, r, overlap, s.Out); err != nil {
+		return err
+	}
+	if s.Shared != nil {
+		d.Device.AddGated(s.Out, sh, s.SharedGate, s.T, s.H)
+	}
+	return nil
+}
+
+// glu queues out = down(act(gate·x)·up·x) over T rows.
+func glu(dev Device, m ExpertMats, act Activation, x, out Tensor, T int) {
+	I := m.Gate.W.Rows
+	g, u := dev.Temp(T*I), dev.Temp(T*I)
+	dev.MatMul(m.Gate, g, x, T)
+	dev.MatMul(m.Up, u, x, T)
+	dev.GLU(act, g, g, u, T*I)
+	dev.MatMul(m.Down, out, g, T)
 }
 
 // complete hands the device the experts it lacks for layer l (read from

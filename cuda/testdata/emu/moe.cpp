@@ -1,7 +1,7 @@
 // Runs one kernel of kernels/22_moe.cu (over 20_gemv.cu's row products) on
 // the CPU (see prelude.h).
 //   moe KERNEL GX GY IMAGE OUT
-// IMAGE: the 96-byte MoEParams block whose 7 pointers are byte offsets
+// IMAGE: the 104-byte MoEParams block whose 8 pointers are byte offsets
 // into the memory that follows (~0: null), then uint64 n and n bytes of
 // memory. The table's E·9 entries (offsets too) are made addresses before
 // the run. OUT: the memory after the run.
@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
     if (!f) {
         return 2;
     }
-    static_assert(sizeof(MoEParams) == 96, "MoEParams");
-    ulong raw[12];
+    static_assert(sizeof(MoEParams) == 104, "MoEParams");
+    ulong raw[13];
     ulong n = 0;
-    if (fread(raw, 8, 12, f) != 12 || fread(&n, 8, 1, f) != 1) {
+    if (fread(raw, 8, 13, f) != 13 || fread(&n, 8, 1, f) != 1) {
         return 2;
     }
     // 16-byte aligned memory with 64 spare bytes (never read).
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     fclose(f);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         if (raw[i] == ~0ul) {
             raw[i] = 0;
         } else if (raw[i] >= n) {

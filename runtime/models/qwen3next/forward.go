@@ -142,25 +142,15 @@ func (m *graph) moe(b *nn.Binding, d *nn.MoE, l int, mb *moeBlock, xn, out nn.Te
 	E, H := c.Experts, c.Hidden
 	R := dev.Temp(T * E)
 	dev.MatMul(b.M(&mb.router), R, xn, T)
-	var sh, sg nn.Tensor
-	var overlap func()
-	if mb.shared != nil {
-		overlap = func() {
-			sh = dev.Temp(T * H)
-			mb.shared.Forward(b, xn, sh, T)
-			sg = dev.Temp(T)
-			dev.MatMul(b.M(&mb.sharedGate), sg, xn, T)
-		}
-	}
 	spec := nn.RoutedSpec{Src: d.Experts, Layer: l, Logits: R, X: xn, Out: out, T: T, E: E, H: H, K: c.TopK,
 		Norm: c.NormTopK, Act: d.Act}
-	if err := d.Routed(spec, overlap); err != nil {
-		return err
+	if sm := mb.shared; sm != nil {
+		sg := dev.Temp(T)
+		dev.MatMul(b.M(&mb.sharedGate), sg, xn, T)
+		spec.Shared = &nn.ExpertMats{Gate: b.M(&sm.Gate), Up: b.M(&sm.Up), Down: b.M(&sm.Down)}
+		spec.SharedGate = sg
 	}
-	if mb.shared != nil {
-		dev.AddGated(out, sh, sg, T, H)
-	}
-	return nil
+	return d.Routed(spec, nil)
 }
 
 // speculate guesses layer l's experts from x, the residual stream entering

@@ -29,14 +29,16 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 		T, K        int
 		norm, scale bool
 		act         nn.Activation
+		shared      int // 0: none; else a sigmoid-gated shared expert of these bits (group 64)
 	}{
-		{4, 32, mlxq.BF16, 1, 2, true, false, nn.SiLUGate},
-		{4, 64, mlxq.F16, 3, 4, false, true, nn.GELUTanhGate},
-		{8, 64, mlxq.BF16, 2, 3, true, false, nn.SiLUGate},
-		{3, 32, mlxq.BF16, 2, 2, true, true, nn.SiLUGate},
-		{0, 0, mlxq.BF16, 1, 3, true, false, nn.GELUTanhGate},
+		{4, 32, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 4},
+		{4, 64, mlxq.F16, 3, 4, false, true, nn.GELUTanhGate, 0},
+		{8, 64, mlxq.BF16, 2, 3, true, false, nn.SiLUGate, 8},
+		{3, 32, mlxq.BF16, 2, 2, true, true, nn.SiLUGate, 0},
+		{0, 0, mlxq.BF16, 1, 3, true, false, nn.GELUTanhGate, 0},
+		{4, 64, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 8}, // the shared expert quantized otherwise
 	} {
-		name := fmt.Sprintf("RouteExperts q%dg%d %v T=%d k=%d norm=%v scale=%v", c.bits, c.group, c.ft, c.T, c.K, c.norm, c.scale)
+		name := fmt.Sprintf("RouteExperts q%dg%d %v T=%d k=%d norm=%v scale=%v shared=%d", c.bits, c.group, c.ft, c.T, c.K, c.norm, c.scale, c.shared)
 		mk := func(rows, cols int) refMat {
 			if c.bits == 0 {
 				return randDense(r, rows, cols, c.ft)
@@ -70,12 +72,32 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 			}
 			spec.Scale, spec.ScaleDev = scale, sd
 		}
+		var shared *expertFixture
+		sgl := randF32(r, c.T, 2)
+		if c.shared > 0 {
+			q := func(rows, cols int) refMat { return randQuant(r, rows, cols, c.shared, 64, mlxq.BF16) }
+			shared = newExpert(layer, -1, q(I, H), q(I, H), q(H, I))
+			var mats nn.ExpertMats
+			var err error
+			for _, p := range []struct {
+				dst *nn.Mat
+				m   refMat
+			}{{&mats.Gate, shared.gate}, {&mats.Up, shared.up}, {&mats.Down, shared.down}} {
+				if *p.dst, err = dev.Resident(p.m.m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			spec.Shared = &mats
+		}
 		spec.Logits = put(dev, logits)
 		sentinel := make([]float32, c.T*H)
 		for i := range sentinel {
 			sentinel[i] = 7
 		}
 		spec.Out = put(dev, sentinel)
+		if shared != nil {
+			spec.SharedGate = put(dev, sgl)
+		}
 		if rt.RouteExperts(spec) {
 			t.Fatalf("%s: routed with expert %d of the layer never handed to the device", name, E-1)
 		}
@@ -114,10 +136,21 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 					mag[tt*H+i] += math.Abs(w) * m[i]
 				}
 			}
+			if shared != nil {
+				sg := sigmoid64(float64(sgl[tt]))
+				y, m := shared.refAct(x[tt*H:(tt+1)*H], c.act)
+				for i := range H {
+					want[tt*H+i] += sg * y[i]
+					mag[tt*H+i] += sg * m[i]
+				}
+			}
 		}
 		bound := tol.MatMul + 4*tol.Elementwise
 		run := func() []float32 {
 			spec.Logits, spec.X = put(dev, logits), put(dev, x)
+			if shared != nil {
+				spec.SharedGate = put(dev, sgl)
+			}
 			spec.Out = view(dev, c.T*H)
 			if !rt.RouteExperts(spec) {
 				return nil
@@ -140,6 +173,9 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 		bad := append([]float32(nil), logits...)
 		bad[1] = float32(math.NaN())
 		spec.Logits, spec.X = put(dev, bad), put(dev, x)
+		if shared != nil {
+			spec.SharedGate = put(dev, sgl)
+		}
 		spec.Out = view(dev, c.T*H)
 		if rt.RouteExperts(spec) {
 			got := make([]float32, c.T*H)
