@@ -472,3 +472,17 @@ func (l *Layer) moeConsts() error {
 	l.consts = p
 	return nil
 }
+
+// RoutesLayer implements nn.ExpertRouter.
+func (l *Layer) RoutesLayer(src nn.ExpertSource, layer, E int) bool {
+	if E < 1 || E > routeMaxE {
+		return false
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if !ok || !l.kernels {
+		return false
+	}
+	_, ok = l.expertTable(src, layer, E)
+	return ok
+}

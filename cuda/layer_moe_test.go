@@ -63,6 +63,9 @@ func TestLayerRoutedExpertsTable(t *testing.T) {
 	if err := l.EndPass(); err != nil {
 		t.Fatal(err)
 	}
+	if !l.RoutesLayer(testSrc, layer, E) || l.RoutesLayer(testSrc, layer+1, E) {
+		t.Fatal("RoutesLayer disagrees with the cache")
+	}
 	sameBits(t, "routed on the device vs the host path", routed(), want)
 	tab := l.tables[tableKey{testSrc, layer}]
 	v := tab.version

@@ -24,6 +24,18 @@ type ExpertRouter interface {
 	// whose experts all fit then routes on the device from its next
 	// token on, even when some of them have not been chosen yet.
 	MissingExperts(src ExpertSource, layer, E int) []int
+	// RoutesLayer reports whether RouteExperts would route src's layer of
+	// E experts now (every expert held, shapes it takes): a graph then
+	// skips what only the host path uses (speculating on the experts to
+	// read, a wait).
+	RoutesLayer(src ExpertSource, layer, E int) bool
+}
+
+// RoutesOnDevice reports whether dev routes src's layer of E experts
+// itself (ExpertRouter.RoutesLayer).
+func RoutesOnDevice(dev Device, src ExpertSource, layer, E int) bool {
+	rt, ok := dev.(ExpertRouter)
+	return ok && rt.RoutesLayer(src, layer, E)
 }
 
 // RoutedSpec is one sparse layer's routing and routed experts over a chunk

@@ -59,7 +59,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 		if !ok {
 			return nil, fmt.Errorf("layer %d: state %T is not a KV cache (a state of another model or device)", l, st[l])
 		}
-		if spec != nil {
+		if spec != nil && !nn.RoutesOnDevice(dev, env.Experts, l, E) {
 			// The router sees the residual after attention; the one
 			// entering the layer is the best early view of it.
 			m.routerLogits(b, ly, x, xn, R, T)

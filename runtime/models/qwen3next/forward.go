@@ -43,7 +43,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	var hook []float32
 	for l, ly := range m.layers {
 		norm(xn, x, ly.inNorm, T)
-		if spec != nil && ly.moe != nil {
+		if spec != nil && ly.moe != nil && !nn.RoutesOnDevice(dev, env.Experts, l, c.Experts) {
 			if err := m.speculate(b, spec, l, ly, x, T); err != nil {
 				return nil, err
 			}
