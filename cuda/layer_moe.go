@@ -61,6 +61,10 @@ type expertTable struct {
 // and token.
 const touchEvery = 16
 
+// completeFraction: MissingExperts offers a layer's missing experts when
+// at most 1/completeFraction of them (at least one) are missing.
+const completeFraction = 8
+
 // moeKernels returns the gate/up and down kernels for experts of these
 // shapes, or why there are none.
 func moeKernels(gate, up, down mlxq.Matrix) ([2]string, error) {
@@ -366,7 +370,9 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 }
 
 // MissingExperts implements nn.ExpertRouter: the experts of a layer that
-// is partly cached, with kernels for its shapes, when they fit in the
+// is mostly cached (at most an eighth of it missing, so completing a layer
+// reads a bounded batch at once rather than every unchosen expert of the
+// model on one token), with kernels for its shapes, when they fit in the
 // budget beside everything cached.
 func (l *Layer) MissingExperts(src nn.ExpertSource, layer, E int) []int {
 	key0, cacheable := keyOf(src, layer, 0)
@@ -380,7 +386,7 @@ func (l *Layer) MissingExperts(src nn.ExpertSource, layer, E int) []int {
 	}
 	c := &l.experts
 	have := c.perLayer[tableKey{src: key0.src, layer: layer}]
-	if have == 0 || have >= E {
+	if have == 0 || have >= E || E-have > max(1, E/completeFraction) {
 		return nil
 	}
 	var miss []int

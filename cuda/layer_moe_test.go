@@ -118,6 +118,9 @@ func TestLayerRoutedExpertsTable(t *testing.T) {
 	if miss := l.MissingExperts(testSrc, layer+1, E); miss != nil {
 		t.Fatalf("missing %v of a layer never seen", miss)
 	}
+	if miss := l.MissingExperts(testSrc, layer, E+2); miss != nil {
+		t.Fatalf("missing %v offered with a third of the layer not cached", miss)
+	}
 	sameBits(t, "after the expert came back", routed(), want)
 	if tab.version == v {
 		t.Fatal("the table was not rebuilt after the cache changed")

@@ -8,7 +8,9 @@
 // hook (Binding) that makes a graph's dense weights resident on a device
 // once, and the one MoE dispatcher that implements the expert-streaming
 // protocol (route, group tokens by expert, ask the device's expert cache,
-// prefetch and speculate, read, release, combine) against an ExpertSource.
+// prefetch and speculate, read, release, combine) against an ExpertSource,
+// or hands the whole routed block to a device that holds the layer's
+// experts itself (ExpertRouter, router.go).
 //
 // Nothing here knows a tensor name or a model_type. Architectures (packages
 // under runtime/models) compose these blocks and register themselves with

@@ -19,8 +19,9 @@ type ExpertRouter interface {
 	// MissingExperts lists (ascending) the experts of src's layer of E
 	// the device lacks to route it, when it would route the layer once
 	// given them and has room for them without dropping any other; nil
-	// otherwise (the layer was never seen, its shapes do not suit the
-	// device, or its cache is full). MoE.Routed reads them once: a layer
+	// otherwise (the layer was never seen, too many are missing for the
+	// device's taste, its shapes do not suit the device, or its cache is
+	// full). MoE.Routed reads them once: a layer
 	// whose experts all fit then routes on the device from its next
 	// token on, even when some of them have not been chosen yet.
 	MissingExperts(src ExpertSource, layer, E int) []int
