@@ -67,11 +67,11 @@ type expertSlot struct {
 }
 
 type expertCache struct {
-	slots     map[expertKey]*expertSlot
-	lru       *list.List // of *expertSlot, most recently used first
-	bytes     int64      // of the slots in the map
-	budget    int64      // < 0: not yet decided
-	gen       int64
+	slots  map[expertKey]*expertSlot
+	lru    *list.List // of *expertSlot, most recently used first
+	bytes  int64      // of the slots in the map
+	budget int64      // < 0: not yet decided
+	gen    int64
 	// version counts the changes of the set of slots (an expert in or
 	// out): the device's expert tables are valid at one version
 	// (layer_moe.go); perLayer counts the slots of each model's layer.
