@@ -62,13 +62,7 @@ func checkMatMulWithin(t *testing.T, what string, m mlxq.Matrix, x, got []float3
 	t.Helper()
 	want := make([]float32, n*m.Rows)
 	runtime.CPU{}.MatMul(m, want, x, n)
-	var w []float32
-	if m.Bits > 0 {
-		w = m.Dequantize()
-	} else {
-		w = make([]float32, m.Rows*m.Cols)
-		mlxq.DecodeFloats(w, m.Weight, m.Type)
-	}
+	w := weights(m)
 	worst, bad := 0.0, 0
 	for v := range n {
 		for r := range m.Rows {
@@ -331,4 +325,14 @@ func TestNoSuchDevice(t *testing.T) {
 		t.Fatalf("NewDevice(1<<20): %v, want ErrNoDevice", err)
 	}
 	t.Logf("NewDevice(1<<20): %v", err)
+}
+
+// weights returns m's elements as floats ([Rows][Cols]).
+func weights(m mlxq.Matrix) []float32 {
+	if m.Bits > 0 {
+		return m.Dequantize()
+	}
+	w := make([]float32, m.Rows*m.Cols)
+	mlxq.DecodeFloats(w, m.Weight, m.Type)
+	return w
 }

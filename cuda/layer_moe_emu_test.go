@@ -81,14 +81,9 @@ func buildMoEEmu(t *testing.T) string {
 	return bin
 }
 
+// absMag is Σ_j |W_ij x_j| per row i (a product's error scale).
 func absMag(m mlxq.Matrix, x []float32) []float64 {
-	var w []float32
-	if m.Bits > 0 {
-		w = m.Dequantize()
-	} else {
-		w = make([]float32, m.Rows*m.Cols)
-		mlxq.DecodeFloats(w, m.Weight, m.Type)
-	}
+	w := weights(m)
 	mag := make([]float64, m.Rows)
 	for r := range m.Rows {
 		for j := range m.Cols {

@@ -5,21 +5,12 @@
 #include "prelude.h"
 #include "../../kernels/10_common.cu"
 #include "../../kernels/25_gemm.cu"
+#include "run.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
-
-thread_local uint qp_emu_tid;
-uint qp_emu_gx, qp_emu_gy;
-QpEmuWarp qp_emu_warps[8];
-static pthread_barrier_t group_barrier;
-static pthread_barrier_t warp_barriers[8];
-
-void qp_emu_barrier() { pthread_barrier_wait(&group_barrier); }
-void qp_emu_warp_barrier(uint w) { pthread_barrier_wait(&warp_barriers[w]); }
 
 static std::vector<uchar> take(FILE* f, size_t n) {
     std::vector<uchar> v(n + 64); // 64 spare bytes: never read, keeps empty arrays valid
@@ -78,26 +69,7 @@ int main(int argc, char** argv) {
     p.bits = h[5];
     p.ldy = h[1];
     p.pad = 0;
-    pthread_barrier_init(&group_barrier, nullptr, QP_TG);
-    for (auto& wb : warp_barriers) {
-        pthread_barrier_init(&wb, nullptr, 32);
-    }
-    for (uint gy = 0; gy < (p.rows + bn - 1) / bn; gy++) {
-        for (uint gx = 0; gx < (p.n + bm - 1) / bm; gx++) {
-            qp_emu_gx = gx;
-            qp_emu_gy = gy;
-            std::vector<std::thread> th;
-            for (uint t = 0; t < QP_TG; t++) {
-                th.emplace_back([=] {
-                    qp_emu_tid = t;
-                    kern(p);
-                });
-            }
-            for (auto& t : th) {
-                t.join();
-            }
-        }
-    }
+    qp_emu_run(kern, p, (p.n + bm - 1) / bm, (p.rows + bn - 1) / bn);
     FILE* o = fopen(argv[5], "wb");
     if (!o || fwrite(y.data(), 4, size_t(h[0]) * h[1], o) != size_t(h[0]) * h[1] || fclose(o)) {
         return 2;

@@ -13,22 +13,12 @@
 #include "../../kernels/10_common.cu"
 #include "../../kernels/20_gemv.cu"
 #include "../../kernels/22_moe.cu"
+#include "run.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
-
-thread_local uint qp_emu_tid;
-uint qp_emu_gx, qp_emu_gy;
-QpEmuWarp qp_emu_warps[8];
-float qp_emu_shfl[8][32];
-static pthread_barrier_t group_barrier;
-static pthread_barrier_t warp_barriers[8];
-
-void qp_emu_barrier() { pthread_barrier_wait(&group_barrier); }
-void qp_emu_warp_barrier(uint w) { pthread_barrier_wait(&warp_barriers[w]); }
 
 int main(int argc, char** argv) {
     if (argc != 6) {
@@ -83,26 +73,7 @@ int main(int argc, char** argv) {
         }
         table[i] = ulong(uintptr_t(mem + table[i]));
     }
-    pthread_barrier_init(&group_barrier, nullptr, QP_TG);
-    for (auto& wb : warp_barriers) {
-        pthread_barrier_init(&wb, nullptr, 32);
-    }
-    for (uint y = 0; y < gy; y++) {
-        for (uint x = 0; x < gx; x++) {
-            qp_emu_gx = x;
-            qp_emu_gy = y;
-            std::vector<std::thread> th;
-            for (uint t = 0; t < QP_TG; t++) {
-                th.emplace_back([=] {
-                    qp_emu_tid = t;
-                    kern(p);
-                });
-            }
-            for (auto& t : th) {
-                t.join();
-            }
-        }
-    }
+    qp_emu_run(kern, p, gx, gy);
     for (ulong i = 0; i < ulong(p.E) * 9; i++) {
         table[i] -= ulong(uintptr_t(mem));
     }

@@ -91,32 +91,28 @@ QP_DEVICE float qp_sqrt(float x) { return std::sqrt(x); }
 QP_DEVICE float qp_tanh(float x) { return std::tanh(x); }
 QP_DEVICE float qp_log1p(float x) { return std::log1p(x); }
 
-// The 32-lane butterfly sum (the prelude's qp_simd_sum: v += shfl_xor(v, o)
-// for o = 16 .. 1), warp-collective through a per-warp exchange array, so a
-// lane that skipped the call would hang the emulator rather than pass.
+// The 32-lane butterflies (the prelude's qp_simd_sum and qp_simd_max:
+// v = op(v, shfl_xor(v, o)) for o = 16 .. 1), warp-collective through a
+// per-warp exchange array, so a lane that skipped the call would hang the
+// emulator rather than pass.
 extern float qp_emu_shfl[8][32];
-QP_DEVICE float qp_simd_sum(float v) {
+template <typename Op>
+QP_DEVICE float qp_emu_butterfly(float v, Op op) {
     uint w = QP_SIMD_ID, l = QP_LANE;
     for (uint o = 16; o > 0; o >>= 1) {
         qp_emu_shfl[w][l] = v;
         qp_emu_warp_barrier(w);
         float other = qp_emu_shfl[w][l ^ o];
         qp_emu_warp_barrier(w);
-        v += other;
+        v = op(v, other);
     }
     return v;
 }
-
+QP_DEVICE float qp_simd_sum(float v) {
+    return qp_emu_butterfly(v, [](float a, float b) { return a + b; });
+}
 QP_DEVICE float qp_simd_max(float v) {
-    uint w = QP_SIMD_ID, l = QP_LANE;
-    for (uint o = 16; o > 0; o >>= 1) {
-        qp_emu_shfl[w][l] = v;
-        qp_emu_warp_barrier(w);
-        float other = qp_emu_shfl[w][l ^ o];
-        qp_emu_warp_barrier(w);
-        v = std::fmax(v, other);
-    }
-    return v;
+    return qp_emu_butterfly(v, [](float a, float b) { return std::fmax(a, b); });
 }
 
 // cvt.rn.bf16x2.f32: round to nearest even, NaN kept a (quiet) NaN.
