@@ -66,6 +66,12 @@ type Stats struct {
 	ExpertBytes  int64 // bytes copied into device expert slots
 	ExpertEvicts int64 // slots given to another expert
 	RoutedLayers int64 // sparse layers routed on the device (nn.ExpertRouter: no wait, no expert source)
+
+	// CUDA graphs (record.go): queues submitted as one graph launch, the
+	// ops those launches ran, and the graphs captured.
+	GraphLaunches int64
+	GraphNodes    int64
+	GraphCaptures int64
 }
 
 var (
@@ -101,7 +107,8 @@ func newBackend(dev device) (*Backend, error) {
 	if log != "" {
 		slog.Debug("cuda: NVRTC log", "log", log)
 	}
-	b := &Backend{dev: dev, compiler: version, fn: map[string]uintptr{}}
+	b := &Backend{compiler: version, fn: map[string]uintptr{}}
+	b.dev = withRecorder(dev, &b.stats)
 	for _, k := range kernelNames {
 		f, err := dev.function(k)
 		if err != nil {

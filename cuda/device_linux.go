@@ -111,8 +111,10 @@ type gpu struct {
 	// out holds the driver's out-parameters: heap memory that cannot move
 	// while a call writes it (a Go stack can; calls are serialized).
 	out [4]uint64
-	// graphState: 0 not looked up, 1 the graph symbols are there, -1 not.
-	graphState int
+	// graphState: 0 not looked up, 1 the graph symbols are there, -1 not;
+	// captureInfo is the cuStreamGetCaptureInfo version found.
+	graphState  int
+	captureInfo string
 }
 
 // outp is the address of out-parameter slot i.

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	goruntime "runtime"
 	"unsafe"
 
@@ -13,7 +14,12 @@ import (
 // CUDA graphs (stream capture): optional driver symbols, looked up after
 // the driver opened; a driver without them runs without graphs.
 var graphSyms = []string{"cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
-	"cuGraphExecUpdate_v2", "cuGraphLaunch", "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphGetNodes"}
+	"cuGraphExecUpdate_v2", "cuGraphLaunch", "cuGraphDestroy", "cuGraphExecDestroy", "cuGraphGetNodes",
+	"cuGraphExecKernelNodeSetParams_v2"}
+
+// One of these gives the node a capture added last: v3 (CUDA 12.3 on)
+// has an edge-data out-parameter more than v2.
+var captureInfoSyms = []string{"cuStreamGetCaptureInfo_v3", "cuStreamGetCaptureInfo_v2"}
 
 const (
 	captureModeRelaxed     = 2   // CU_STREAM_CAPTURE_MODE_RELAXED
@@ -35,7 +41,74 @@ func (g *gpu) graphs() bool {
 		}
 		g.drv.fn[s] = p
 	}
+	for _, s := range captureInfoSyms {
+		if p, err := purego.Dlsym(g.drv.h, s); err == nil && p != 0 {
+			g.drv.fn[s] = p
+			g.captureInfo = s
+			break
+		}
+	}
+	if g.captureInfo == "" {
+		g.graphState = -1
+		return false
+	}
 	return true
+}
+
+// lastNode implements graphDevice: the capture's current dependency (the
+// node its last call added; the capture is a chain).
+func (g *gpu) lastNode() (uintptr, error) {
+	var node uintptr
+	err := g.do(func() error {
+		clear(g.out[:])
+		var err error
+		if g.captureInfo == "cuStreamGetCaptureInfo_v3" {
+			// (stream, status*, id*, graph*, deps**, edgeData**, numDeps*)
+			err = g.call(g.captureInfo, g.stream, g.outp(0), g.outp(1), 0, g.outp(2), 0, g.outp(3))
+		} else {
+			err = g.call(g.captureInfo, g.stream, g.outp(0), g.outp(1), 0, g.outp(2), g.outp(3))
+		}
+		if err != nil {
+			return err
+		}
+		if status := uint32(g.out[0]); status != 1 { // CU_STREAM_CAPTURE_STATUS_ACTIVE
+			return fmt.Errorf("cuda: stream capture status %d, not active", status)
+		}
+		if g.out[3] != 1 || g.out[2] == 0 {
+			return fmt.Errorf("cuda: the capture has %d dependencies, not one", g.out[3])
+		}
+		node = *(*uintptr)(cptr(uintptr(g.out[2])))
+		return nil
+	})
+	return node, err
+}
+
+// kernelNodeParams is CUDA_KERNEL_NODE_PARAMS_v2 (72 bytes; kern and ctx
+// zero: func is used, in the current context).
+type kernelNodeParams struct {
+	fn           uintptr
+	grid, block  [3]uint32
+	sharedMem    uint32
+	_            uint32
+	kernelParams uintptr
+	extra        uintptr
+	kern, ctx    uintptr
+}
+
+// setKernelParams implements graphDevice.
+func (g *gpu) setKernelParams(exec, node, fn uintptr, grid, block [3]uint32, params []byte) error {
+	var pin goruntime.Pinner
+	defer pin.Unpin()
+	p := make([]byte, len(params))
+	copy(p, params)
+	pin.Pin(&p[0])
+	args := []uintptr{uintptr(unsafe.Pointer(&p[0]))}
+	pin.Pin(&args[0])
+	kp := &kernelNodeParams{fn: fn, grid: grid, block: block, kernelParams: uintptr(unsafe.Pointer(&args[0]))}
+	pin.Pin(kp)
+	return g.do(func() error {
+		return g.call("cuGraphExecKernelNodeSetParams_v2", exec, node, uintptr(unsafe.Pointer(kp)))
+	})
 }
 
 func (g *gpu) beginCapture() error {

@@ -139,6 +139,9 @@ func (s *kvState) used() int {
 // store queues the copy of a chunk's T keys and values (device addresses)
 // into their rows, after the attention that read the cache; lock held.
 func (s *kvState) store(K, V devptr, T int) error {
+	if s.l.kernels {
+		return s.scatter(K, V, T)
+	}
 	dev := s.l.b.dev
 	pos := s.n
 	if s.window == 0 {
@@ -160,6 +163,32 @@ func (s *kvState) store(K, V devptr, T int) error {
 		i += run
 	}
 	return nil
+}
+
+// scatter is store on the kernel path: the rows' indices staged into the
+// arena and scatter_rows, so that a decode step's submissions differ from
+// the previous step's only in values read from memory (a CUDA graph
+// replays them: record.go), not in copy addresses.
+func (s *kvState) scatter(K, V devptr, T int) error {
+	i0 := 0
+	if s.window > 0 {
+		i0 = max(0, T-s.window) // a ring keeps the last W rows
+	}
+	rows := make([]int, T-i0)
+	for i := range rows {
+		rows[i] = s.n + i0 + i
+		if s.window > 0 {
+			rows[i] %= s.window
+		}
+	}
+	ix, err := s.l.indexList(rows)
+	if err != nil {
+		return err
+	}
+	if err := s.l.b.kScatterRows(s.k, K+4*uint64(i0*s.kw), ix, len(rows), s.rows, s.kw); err != nil {
+		return err
+	}
+	return s.l.b.kScatterRows(s.v, V+4*uint64(i0*s.vw), ix, len(rows), s.rows, s.vw)
 }
 
 // Reset implements nn.LayerState (buffers kept; as in nn.KVCache a ring's

@@ -26,7 +26,7 @@ has env && {
 	ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null
 	file "$T" 2>/dev/null
 } >"$OUT/env.log" 2>&1
-GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel)$'
+GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU)$'
 if has conformance; then
 	timeout 240 "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout 235s >"$OUT/conformance.log" 2>&1
 	echo "exit status $?" >>"$OUT/conformance.log"

@@ -1,0 +1,344 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime"
+)
+
+// graphFake is the fake device with CUDA graphs as the driver has them for
+// stream capture: between beginCapture and endCapture the compute stream's
+// submissions are recorded into a graph instead of running (copies read
+// their source when the graph runs), each call adding one node in a
+// chain; an instantiated graph runs its nodes in order at each launch;
+// setKernelParams changes a kernel node of an executable for its later
+// launches. fail, when set, is returned by the graph function named.
+type graphFake struct {
+	*fakeDev
+	capture []fakeNode // nil: not capturing
+	active  bool
+	graphs  map[uintptr][]fakeNode
+	execs   map[uintptr][]fakeNode
+	next    uintptr
+	fail    map[string]error
+	runs    int // graph launches
+}
+
+type fakeNode struct {
+	op     recOp
+	params []byte
+	host   []byte
+}
+
+func newGraphFake(t testing.TB) *graphFake {
+	return &graphFake{fakeDev: newFake(t), graphs: map[uintptr][]fakeNode{}, execs: map[uintptr][]fakeNode{}, next: 1, fail: map[string]error{}}
+}
+
+var _ graphDevice = (*graphFake)(nil)
+
+func (g *graphFake) add(n fakeNode) { g.capture = append(g.capture, n) }
+
+func (g *graphFake) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
+	if g.active {
+		g.add(fakeNode{op: recOp{kind: opLaunch, fn: fn, grid: grid, block: block}, params: append([]byte(nil), p...)})
+		return nil
+	}
+	return g.fakeDev.launch(fn, grid, block, p)
+}
+
+func (g *graphFake) htod(dst devptr, src []byte) error {
+	if g.active {
+		g.add(fakeNode{op: recOp{kind: opHtoD, dst: dst, n: len(src)}, host: src})
+		return nil
+	}
+	return g.fakeDev.htod(dst, src)
+}
+
+func (g *graphFake) dtod(dst, src devptr, n int) error {
+	if g.active {
+		g.add(fakeNode{op: recOp{kind: opDtoD, dst: dst, src: src, n: n}})
+		return nil
+	}
+	return g.fakeDev.dtod(dst, src, n)
+}
+
+func (g *graphFake) memset(dst devptr, n int) error {
+	if g.active {
+		g.add(fakeNode{op: recOp{kind: opMemset, dst: dst, n: n}})
+		return nil
+	}
+	return g.fakeDev.memset(dst, n)
+}
+
+// The calls a capture may not make (they would wait or order other work).
+func (g *graphFake) sync() error {
+	if g.active {
+		g.t.Fatal("sync during a capture")
+	}
+	return g.fakeDev.sync()
+}
+
+func (g *graphFake) dtoh(dst []byte, src devptr) error {
+	if g.active {
+		g.t.Fatal("dtoh during a capture")
+	}
+	return g.fakeDev.dtoh(dst, src)
+}
+
+func (g *graphFake) beginCapture() error {
+	if err := g.fail["beginCapture"]; err != nil {
+		return err
+	}
+	if g.active {
+		g.t.Fatal("nested capture")
+	}
+	g.active, g.capture = true, []fakeNode{}
+	return nil
+}
+
+func (g *graphFake) lastNode() (uintptr, error) {
+	if !g.active || len(g.capture) == 0 {
+		g.t.Fatal("lastNode outside a capture or before its first node")
+	}
+	return uintptr(len(g.capture)), g.fail["lastNode"]
+}
+
+func (g *graphFake) endCapture() (uintptr, error) {
+	if !g.active {
+		g.t.Fatal("endCapture without a capture")
+	}
+	g.active = false
+	id := g.next
+	g.next++
+	g.graphs[id] = g.capture
+	g.capture = nil
+	return id, g.fail["endCapture"]
+}
+
+func (g *graphFake) instantiate(graph uintptr) (uintptr, error) {
+	if err := g.fail["instantiate"]; err != nil {
+		return 0, err
+	}
+	nodes, ok := g.graphs[graph]
+	if !ok {
+		g.t.Fatalf("instantiate of graph %d, not there", graph)
+	}
+	id := g.next
+	g.next++
+	g.execs[id] = append([]fakeNode(nil), nodes...)
+	return id, nil
+}
+
+func (g *graphFake) execUpdate(exec, graph uintptr) (bool, error) { return false, errors.New("not faked") }
+
+func (g *graphFake) graphLaunch(exec uintptr) error {
+	if err := g.fail["graphLaunch"]; err != nil {
+		return err
+	}
+	nodes, ok := g.execs[exec]
+	if !ok {
+		g.t.Fatalf("launch of exec %d, not there", exec)
+	}
+	g.runs++
+	for _, n := range nodes {
+		var err error
+		switch n.op.kind {
+		case opLaunch:
+			err = g.fakeDev.launch(n.op.fn, n.op.grid, n.op.block, n.params)
+		case opHtoD:
+			err = g.fakeDev.htod(n.op.dst, n.host)
+		case opDtoD:
+			err = g.fakeDev.dtod(n.op.dst, n.op.src, n.op.n)
+		case opMemset:
+			err = g.fakeDev.memset(n.op.dst, n.op.n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *graphFake) graphNodes(graph uintptr) (int, error) { return len(g.graphs[graph]), nil }
+
+func (g *graphFake) setKernelParams(exec, node, fn uintptr, grid, block [3]uint32, params []byte) error {
+	if err := g.fail["setKernelParams"]; err != nil {
+		return err
+	}
+	nodes := g.execs[exec]
+	if node < 1 || int(node) > len(nodes) {
+		g.t.Fatalf("setKernelParams of node %d of %d", node, len(nodes))
+	}
+	n := &nodes[node-1]
+	if n.op.kind != opLaunch || n.op.fn != fn || n.op.grid != grid || n.op.block != block || len(n.params) != len(params) {
+		g.t.Fatalf("setKernelParams changes node %d's kernel, grid or parameter size", node)
+	}
+	n.params = append([]byte(nil), params...)
+	return nil
+}
+
+func (g *graphFake) destroyGraph(graph uintptr) error {
+	if _, ok := g.graphs[graph]; !ok {
+		return fmt.Errorf("destroy of graph %d, not there", graph)
+	}
+	delete(g.graphs, graph)
+	return nil
+}
+
+func (g *graphFake) destroyExec(exec uintptr) error {
+	if _, ok := g.execs[exec]; !ok {
+		return fmt.Errorf("destroy of exec %d, not there", exec)
+	}
+	delete(g.execs, exec)
+	return nil
+}
+
+func (g *graphFake) close() error {
+	if len(g.graphs)+len(g.execs) != 0 {
+		return fmt.Errorf("closed with %d graphs and %d execs live", len(g.graphs), len(g.execs))
+	}
+	return g.fakeDev.close()
+}
+
+func graphBackend(t *testing.T) (*Backend, *graphFake) {
+	g := newGraphFake(t)
+	b, err := newBackend(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.dev.(*recorder); !ok {
+		t.Fatal("a device with graphs got no recorder")
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b, g
+}
+
+// decodeCompare decodes steps tokens of a tiny model on b and on the CPU
+// and fails unless every step's logits are the same bits.
+func decodeCompare(t *testing.T, b *Backend, name string, steps int) {
+	t.Helper()
+	dir := filepath.Join(tinyDir, name)
+	ref, err := runtime.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rs, st := ref.NewState(), m.NewState()
+	for i := range steps {
+		tok := []int{(7*i + 3) % m.Config.Vocab}
+		want, err := ref.Forward(rs, tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Forward(st, tok, nil)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		sameBits(t, fmt.Sprintf("%s step %d", name, i), got, want)
+	}
+}
+
+// Every tiny model through the recorder: bit for bit the CPU's logits and
+// hidden states (compareTiny), and long decodes replayed as graphs.
+func TestRecorderTinyModelsFake(t *testing.T) {
+	b, g := graphBackend(t)
+	compareTiny(t, func(*testing.T) *Backend { return b }, func(string) float64 { return 0 })
+	for _, name := range []string{"qwen3_next-q4g64", "qwen3_5_moe-q8g64", "gemma4-q4g32", "gemma4-nokeqv-f32"} {
+		s0 := b.Stats()
+		decodeCompare(t, b, name, 40)
+		s := b.Stats()
+		launches, captures := s.GraphLaunches-s0.GraphLaunches, s.GraphCaptures-s0.GraphCaptures
+		t.Logf("%s: %d graph launches (%d nodes), %d captures", name, launches, s.GraphNodes-s0.GraphNodes, captures)
+		if launches < 20 || captures > launches/2 {
+			t.Errorf("%s: decode not replayed: %d graph launches, %d captures", name, launches, captures)
+		}
+	}
+	if s := b.Stats(); g.runs != int(s.GraphLaunches) {
+		t.Errorf("%d graph runs, %d counted", g.runs, s.GraphLaunches)
+	}
+}
+
+// A failing graph function switches graphs off without losing the queue:
+// the results stay the CPU's, and no graph is left.
+func TestRecorderFailuresFake(t *testing.T) {
+	for _, fn := range []string{"beginCapture", "lastNode", "endCapture", "instantiate", "graphLaunch", "setKernelParams"} {
+		t.Run(fn, func(t *testing.T) {
+			b, g := graphBackend(t)
+			g.fail[fn] = errors.New("injected")
+			decodeCompare(t, b, "qwen3_next-q4g64", 30)
+			r := b.dev.(*recorder)
+			if r.on {
+				t.Errorf("graphs still on after %s failed", fn)
+			}
+			if len(g.graphs)+len(g.execs) != 0 {
+				t.Errorf("%d graphs, %d execs left after switching off", len(g.graphs), len(g.execs))
+			}
+		})
+	}
+}
+
+// On the GPU: decoding through graph replays gives the same bits as
+// submitting kernel by kernel (the same kernels with the same parameters).
+func TestGraphsGPU(t *testing.T) {
+	with := openOrSkip(t)
+	without, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer without.Close()
+	r, ok := with.dev.(*recorder)
+	if !ok {
+		t.Fatal("no recorder on the GPU backend (a driver without graph functions, or " + graphsEnv + "=0)")
+	}
+	if r2, ok := without.dev.(*recorder); ok {
+		r2.on = false
+	}
+	for _, name := range []string{"qwen3_next-q4g64", "qwen3_5_moe-q8g64", "gemma4-q4g32"} {
+		dir := filepath.Join(tinyDir, name)
+		a, err := runtime.Load(dir, &runtime.LoadOptions{Backend: with})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := runtime.Load(dir, &runtime.LoadOptions{Backend: without})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s0 := with.Stats()
+		sa, sb := a.NewState(), b.NewState()
+		for i := range 48 {
+			tok := []int{(5*i + 1) % a.Config.Vocab}
+			got, err := a.Forward(sa, tok, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := b.Forward(sb, tok, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBits(t, fmt.Sprintf("%s step %d", name, i), got, want)
+		}
+		s := with.Stats()
+		t.Logf("%s: %d graph launches (%d nodes), %d captures over 48 steps", name, s.GraphLaunches-s0.GraphLaunches,
+			s.GraphNodes-s0.GraphNodes, s.GraphCaptures-s0.GraphCaptures)
+		if s.GraphLaunches-s0.GraphLaunches < 24 {
+			t.Errorf("%s: decode not replayed as graphs", name)
+		}
+		a.Close()
+		b.Close()
+	}
+	if !r.on {
+		t.Error("graphs were switched off on the GPU (see the log)")
+	}
+}

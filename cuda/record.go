@@ -1,0 +1,426 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"unsafe"
+)
+
+// The recorder submits repeated work as CUDA graphs. A kernel launch costs
+// the host 5-6 µs of driver time on the H200 machine (BenchmarkLaunchGPU),
+// and a decode step queues about 160 of them; a CUDA graph launch costs
+// about 1 µs per node. So the recorder, which stands between the Backend
+// and the device, keeps the compute stream's submissions (launch, htod,
+// dtod, memset) in a host queue until something needs their results or
+// orders another stream against them (a download, a wait, an event, the
+// copy stream, a free); then it submits the queue:
+//
+//   - as the replay of a graph captured earlier when the queue has the
+//     same ops (kinds, kernels, grids, copy addresses and sizes, in order;
+//     the kernels' parameter bytes may differ and are set on the graph's
+//     nodes first): a decode step repeats its predecessor but for the
+//     positions in RoPE's and attention's parameters;
+//   - captured into a new graph (then launched) when a queue of its shape
+//     was submitted op by op before (a decode step's, or one layer's when
+//     something reads after each layer);
+//   - else op by op, as without the recorder.
+//
+// Staged values (the token's embedding, index lists, a KV row list) are
+// read by a graph's copy nodes from the same pinned staging addresses when
+// the graph runs, so a replay sees this step's values. Any failure of the
+// graph functions switches graphs off for the device (logged) and submits
+// the queue op by op: no work is lost. QPACK_CUDA_GRAPHS=0 turns them off.
+
+// graphMinOps is the shortest queue worth a graph.
+const graphMinOps = 16
+
+// maxGraphs is how many captured graphs a recorder keeps (the most
+// recently used); maxSeen how many shapes of queues submitted op by op it
+// remembers as candidates.
+const (
+	maxGraphs = 64
+	maxSeen   = 256
+)
+
+const graphsEnv = "QPACK_CUDA_GRAPHS"
+
+type opKind uint8
+
+const (
+	opLaunch opKind = iota
+	opHtoD
+	opDtoD
+	opMemset
+)
+
+// recOp is one queued submission.
+type recOp struct {
+	kind        opKind
+	fn          uintptr
+	grid, block [3]uint32
+	p0, p1      int    // launch: its parameter bytes, params[p0:p1]
+	dst, src    devptr // copies and memset (htod: src unused)
+	host        []byte // htod's source (pinned)
+	n           int    // bytes
+}
+
+// sameShape reports whether b can replay as a: everything equal but the
+// kernels' parameter bytes.
+func (a *recOp) sameShape(b *recOp) bool {
+	if a.kind != b.kind || a.n != b.n || a.dst != b.dst || a.src != b.src {
+		return false
+	}
+	switch a.kind {
+	case opLaunch:
+		return a.fn == b.fn && a.grid == b.grid && a.block == b.block && a.p1-a.p0 == b.p1-b.p0
+	case opHtoD:
+		return len(a.host) == len(b.host) && (len(a.host) == 0 || &a.host[0] == &b.host[0])
+	}
+	return true
+}
+
+// recGraph is a captured queue: its graph, the executable, the queue it
+// was captured from (with the parameters its nodes now hold) and the node
+// of each launch.
+type recGraph struct {
+	graph, exec uintptr
+	ops         []recOp
+	params      []byte
+	nodes       []uintptr
+}
+
+// graphDevice is a device with the graph functions the recorder uses.
+type graphDevice interface {
+	grapher
+	// lastNode is the node the capture added last (during a capture).
+	lastNode() (uintptr, error)
+	// setKernelParams gives node of exec new parameter bytes for its
+	// kernel (fn, grid, block unchanged), from its next launch on.
+	setKernelParams(exec, node, fn uintptr, grid, block [3]uint32, params []byte) error
+}
+
+type recorder struct {
+	d  device
+	gr graphDevice
+	on bool
+
+	ops    []recOp
+	params []byte
+	seen   map[uint64]bool // shapes of queues submitted op by op
+	graphs []*recGraph     // most recently used first
+	stats  *Stats
+}
+
+// withRecorder wraps dev in a recorder when it can run graphs and they are
+// not switched off.
+func withRecorder(dev device, stats *Stats) device {
+	gd, ok := dev.(graphDevice)
+	if !ok || os.Getenv(graphsEnv) == "0" {
+		return dev
+	}
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}}
+}
+
+var _ device = (*recorder)(nil)
+
+func (r *recorder) name() string                  { return r.d.name() }
+func (r *recorder) computeCapability() (int, int) { return r.d.computeCapability() }
+func (r *recorder) compile(src, name string) (string, string, error) {
+	if err := r.flush(); err != nil {
+		return "", "", err
+	}
+	return r.d.compile(src, name)
+}
+func (r *recorder) function(name string) (uintptr, error) { return r.d.function(name) }
+func (r *recorder) memAlloc(n int) (devptr, error)        { return r.d.memAlloc(n) }
+func (r *recorder) hostAlloc(n int) ([]byte, devptr, error) {
+	return r.d.hostAlloc(n)
+}
+func (r *recorder) newEvent() (event, error)       { return r.d.newEvent() }
+func (r *recorder) memInfo() (int64, int64, error) { return r.d.memInfo() }
+func (r *recorder) memFree(p devptr) error         { return r.then(func() error { return r.d.memFree(p) }) }
+func (r *recorder) hostFree(b []byte) error        { return r.then(func() error { return r.d.hostFree(b) }) }
+func (r *recorder) dtoh(dst []byte, src devptr) error {
+	return r.then(func() error { return r.d.dtoh(dst, src) })
+}
+func (r *recorder) htodOn(s stream, dst devptr, src []byte) error {
+	if s == computeStream {
+		return r.htod(dst, src)
+	}
+	return r.then(func() error { return r.d.htodOn(s, dst, src) })
+}
+func (r *recorder) record(e event, s stream) error {
+	return r.then(func() error { return r.d.record(e, s) })
+}
+func (r *recorder) waitEvent(s stream, e event) error {
+	return r.then(func() error { return r.d.waitEvent(s, e) })
+}
+func (r *recorder) eventSync(e event) error { return r.then(func() error { return r.d.eventSync(e) }) }
+func (r *recorder) freeEvent(e event) error { return r.then(func() error { return r.d.freeEvent(e) }) }
+func (r *recorder) sync() error             { return r.then(r.d.sync) }
+func (r *recorder) syncAll() error          { return r.then(r.d.syncAll) }
+
+// timed submits what is queued, then times fn's work (submitted before
+// the closing event).
+func (r *recorder) timed(fn func() error) (float32, error) {
+	if err := r.flush(); err != nil {
+		return 0, err
+	}
+	return r.d.timed(func() error {
+		err := fn()
+		if e := r.flush(); err == nil {
+			err = e
+		}
+		return err
+	})
+}
+
+func (r *recorder) close() error {
+	err := r.flush()
+	r.dropGraphs()
+	if e := r.d.close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (r *recorder) launch(f uintptr, grid, block [3]uint32, params []byte) error {
+	p0 := len(r.params)
+	r.params = append(r.params, params...)
+	r.ops = append(r.ops, recOp{kind: opLaunch, fn: f, grid: grid, block: block, p0: p0, p1: len(r.params)})
+	return nil
+}
+
+func (r *recorder) htod(dst devptr, src []byte) error {
+	r.ops = append(r.ops, recOp{kind: opHtoD, dst: dst, host: src, n: len(src)})
+	return nil
+}
+
+func (r *recorder) dtod(dst, src devptr, n int) error {
+	r.ops = append(r.ops, recOp{kind: opDtoD, dst: dst, src: src, n: n})
+	return nil
+}
+
+func (r *recorder) memset(dst devptr, n int) error {
+	r.ops = append(r.ops, recOp{kind: opMemset, dst: dst, n: n})
+	return nil
+}
+
+// then submits the queue, then runs fn.
+func (r *recorder) then(fn func() error) error {
+	if err := r.flush(); err != nil {
+		return err
+	}
+	return fn()
+}
+
+// flush submits the queue (see the type's comment).
+func (r *recorder) flush() error {
+	if len(r.ops) == 0 {
+		return nil
+	}
+	ops, params := r.ops, r.params
+	defer func() { r.ops, r.params = ops[:0], params[:0] }()
+
+	if r.on && len(ops) >= graphMinOps {
+		h := shapeHash(ops)
+		if g := r.find(ops); g != nil {
+			err := r.replay(g, ops, params)
+			if err == nil {
+				return nil
+			}
+			r.off("replaying a graph", err)
+		} else if r.seen[h] {
+			err := r.capture(ops, params)
+			if err == nil {
+				delete(r.seen, h)
+				return nil
+			}
+			r.off("capturing a graph", err)
+		} else {
+			if len(r.seen) >= maxSeen {
+				clear(r.seen)
+			}
+			r.seen[h] = true
+		}
+	}
+	return r.issue(ops, params)
+}
+
+// shapeHash hashes what sameShape compares (FNV-1a over the ops' fields).
+func shapeHash(ops []recOp) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for range 8 {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		mix(uint64(op.kind))
+		mix(uint64(op.fn))
+		mix(uint64(op.grid[0]) | uint64(op.grid[1])<<32)
+		mix(uint64(op.grid[2]) | uint64(op.block[0])<<32)
+		mix(uint64(op.p1 - op.p0))
+		mix(op.dst)
+		mix(op.src)
+		mix(uint64(op.n))
+		if op.kind == opHtoD && len(op.host) > 0 {
+			mix(uint64(uintptr(unsafe.Pointer(&op.host[0]))))
+		}
+	}
+	return h
+}
+
+// sameQueue reports whether b has a's ops (parameters aside).
+func sameQueue(a, b []recOp) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].sameShape(&b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *recorder) find(ops []recOp) *recGraph {
+	for i, g := range r.graphs {
+		if sameQueue(g.ops, ops) {
+			copy(r.graphs[1:i+1], r.graphs[:i]) // most recent first
+			r.graphs[0] = g
+			return g
+		}
+	}
+	return nil
+}
+
+// replay sets the nodes whose parameters differ and launches g.
+func (r *recorder) replay(g *recGraph, ops []recOp, params []byte) error {
+	for i := range ops {
+		op, was := &ops[i], &g.ops[i]
+		if op.kind != opLaunch {
+			continue
+		}
+		now, before := params[op.p0:op.p1], g.params[was.p0:was.p1]
+		if bytes.Equal(now, before) {
+			continue
+		}
+		if err := r.gr.setKernelParams(g.exec, g.nodes[i], op.fn, op.grid, op.block, now); err != nil {
+			return err
+		}
+		copy(before, now)
+	}
+	if err := r.gr.graphLaunch(g.exec); err != nil {
+		return err
+	}
+	r.stats.GraphLaunches++
+	r.stats.GraphNodes += int64(len(ops))
+	return nil
+}
+
+// capture records the queue into a new graph and launches it.
+func (r *recorder) capture(ops []recOp, params []byte) (err error) {
+	if err := r.gr.beginCapture(); err != nil {
+		return err
+	}
+	nodes := make([]uintptr, len(ops))
+	for i := range ops {
+		err = r.issueOne(&ops[i], params)
+		if err == nil && ops[i].kind == opLaunch {
+			nodes[i], err = r.gr.lastNode()
+		}
+		if err != nil {
+			if g, e := r.gr.endCapture(); e == nil && g != 0 {
+				r.gr.destroyGraph(g)
+			}
+			return err
+		}
+	}
+	graph, err := r.gr.endCapture()
+	if err != nil {
+		if graph != 0 {
+			r.gr.destroyGraph(graph)
+		}
+		return err
+	}
+	exec, err := r.gr.instantiate(graph)
+	if err != nil {
+		r.gr.destroyGraph(graph)
+		return err
+	}
+	g := &recGraph{graph: graph, exec: exec, ops: append([]recOp(nil), ops...), params: append([]byte(nil), params...), nodes: nodes}
+	if err := r.gr.graphLaunch(exec); err != nil {
+		r.gr.destroyExec(exec)
+		r.gr.destroyGraph(graph)
+		return err
+	}
+	r.stats.GraphCaptures++
+	r.stats.GraphLaunches++
+	r.stats.GraphNodes += int64(len(ops))
+	r.graphs = append([]*recGraph{g}, r.graphs...)
+	if len(r.graphs) > maxGraphs {
+		old := r.graphs[maxGraphs]
+		r.graphs = r.graphs[:maxGraphs]
+		r.destroy(old)
+	}
+	return nil
+}
+
+// issue submits ops one by one.
+func (r *recorder) issue(ops []recOp, params []byte) error {
+	for i := range ops {
+		if err := r.issueOne(&ops[i], params); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *recorder) issueOne(op *recOp, params []byte) error {
+	switch op.kind {
+	case opLaunch:
+		return r.d.launch(op.fn, op.grid, op.block, params[op.p0:op.p1])
+	case opHtoD:
+		return r.d.htod(op.dst, op.host)
+	case opDtoD:
+		return r.d.dtod(op.dst, op.src, op.n)
+	default:
+		return r.d.memset(op.dst, op.n)
+	}
+}
+
+// off switches graphs off after a failure of the graph functions.
+func (r *recorder) off(what string, err error) {
+	r.on = false
+	slog.Warn("cuda: CUDA graphs switched off; submitting kernels one by one", "while", what, "err", err)
+	r.dropGraphs()
+}
+
+func (r *recorder) destroy(g *recGraph) {
+	// A launched graph still running is freed when it completes.
+	if err := r.gr.destroyExec(g.exec); err != nil {
+		slog.Debug("cuda: destroying a graph exec", "err", err)
+	}
+	if err := r.gr.destroyGraph(g.graph); err != nil {
+		slog.Debug("cuda: destroying a graph", "err", err)
+	}
+}
+
+func (r *recorder) dropGraphs() {
+	for _, g := range r.graphs {
+		r.destroy(g)
+	}
+	r.graphs = nil
+	clear(r.seen)
+}
+
+// String says what the recorder holds (for logs and tests).
+func (r *recorder) String() string {
+	return fmt.Sprintf("recorder{on %v, %d queued, %d graphs}", r.on, len(r.ops), len(r.graphs))
+}
