@@ -37,6 +37,7 @@ type Backend struct {
 	host    []byte
 	scratch devptr
 	stats   Stats
+	prof    *profiler // QPACK_CUDA_PROFILE=1 (profile.go)
 	err     error
 	closed  bool
 
@@ -107,8 +108,11 @@ func newBackend(dev device) (*Backend, error) {
 	if log != "" {
 		slog.Debug("cuda: NVRTC log", "log", log)
 	}
-	b := &Backend{compiler: version, fn: map[string]uintptr{}}
-	b.dev = withRecorder(dev, &b.stats)
+	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev)}
+	b.dev = dev
+	if b.prof == nil {
+		b.dev = withRecorder(dev, &b.stats)
+	}
 	for _, k := range kernelNames {
 		f, err := dev.function(k)
 		if err != nil {
@@ -149,6 +153,10 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	var errs []error
+	if b.prof != nil {
+		b.logProfile()
+		errs = append(errs, b.prof.release(b))
+	}
 	if b.layer != nil {
 		errs = append(errs, b.layer.release())
 	}
@@ -372,7 +380,12 @@ func (b *Backend) launch(kernel string, grid [3]int, group int, p params, size i
 		}
 		g[i] = uint32(v)
 	}
-	if err := b.dev.launch(b.fn[kernel], g, [3]uint32{uint32(group), 1, 1}, p); err != nil {
+	run := func() error { return b.dev.launch(b.fn[kernel], g, [3]uint32{uint32(group), 1, 1}, p) }
+	if b.prof != nil {
+		if err := b.prof.around(b, kernel, run); err != nil {
+			return fmt.Errorf("kernel %s: %w", kernel, err)
+		}
+	} else if err := run(); err != nil {
 		return fmt.Errorf("kernel %s: %w", kernel, err)
 	}
 	b.stats.Launches++

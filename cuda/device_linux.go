@@ -562,3 +562,29 @@ func (g *gpu) close() error {
 		return errors.Join(errs...)
 	})
 }
+
+// newTimingEvent and elapsed implement kernelTimer (profile.go).
+func (g *gpu) newTimingEvent() (event, error) {
+	var e event
+	err := g.do(func() error {
+		if err := g.call("cuEventCreate", g.outp(0), 0); err != nil {
+			return err
+		}
+		e = event(g.out[0])
+		return nil
+	})
+	return e, err
+}
+
+func (g *gpu) elapsed(from, to event) (float32, error) {
+	var ms float32
+	err := g.do(func() error {
+		g.out[1] = 0
+		if err := g.call("cuEventElapsedTime", g.outp(1), from, to); err != nil {
+			return err
+		}
+		ms = math.Float32frombits(uint32(g.out[1]))
+		return nil
+	})
+	return ms, err
+}

@@ -1,0 +1,163 @@
+package cuda
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+)
+
+// The kernel profiler (QPACK_CUDA_PROFILE=1): every kernel launch is
+// bracketed by two timing events on the compute stream, and the GPU time
+// between them is summed per kernel; Backend.Close logs the table (and
+// Profile returns it). It costs two event records per launch and turns
+// CUDA graphs off, so it measures where the GPU's time goes, not the
+// decode rate.
+const profileEnv = "QPACK_CUDA_PROFILE"
+
+// kernelTimer is a device whose events can time work (device_linux.go).
+type kernelTimer interface {
+	newTimingEvent() (event, error)
+	elapsed(from, to event) (float32, error) // milliseconds; to has completed
+}
+
+type profiler struct {
+	t       kernelTimer
+	pending []profiled
+	free    []event
+	total   map[string]*kernelTime
+}
+
+type profiled struct {
+	kernel   string
+	from, to event
+}
+
+type kernelTime struct {
+	n  int
+	ms float64
+}
+
+func newProfiler(dev device) *profiler {
+	t, ok := dev.(kernelTimer)
+	if !ok || os.Getenv(profileEnv) != "1" {
+		return nil
+	}
+	return &profiler{t: t, total: map[string]*kernelTime{}}
+}
+
+func (p *profiler) event() (event, error) {
+	if n := len(p.free); n > 0 {
+		e := p.free[n-1]
+		p.free = p.free[:n-1]
+		return e, nil
+	}
+	return p.t.newTimingEvent()
+}
+
+// around times launch (b.mu held).
+func (p *profiler) around(b *Backend, kernel string, launch func() error) error {
+	from, err := p.event()
+	if err != nil {
+		return err
+	}
+	to, err := p.event()
+	if err != nil {
+		return err
+	}
+	if err := b.dev.record(from, computeStream); err != nil {
+		return err
+	}
+	if err := launch(); err != nil {
+		return err
+	}
+	if err := b.dev.record(to, computeStream); err != nil {
+		return err
+	}
+	p.pending = append(p.pending, profiled{kernel, from, to})
+	if len(p.pending) >= 1024 {
+		return p.collect(b)
+	}
+	return nil
+}
+
+// collect waits for the stream and adds up the pending launches.
+func (p *profiler) collect(b *Backend) error {
+	if len(p.pending) == 0 {
+		return nil
+	}
+	if err := b.dev.sync(); err != nil {
+		return err
+	}
+	for _, q := range p.pending {
+		ms, err := p.t.elapsed(q.from, q.to)
+		if err != nil {
+			return err
+		}
+		kt := p.total[q.kernel]
+		if kt == nil {
+			kt = &kernelTime{}
+			p.total[q.kernel] = kt
+		}
+		kt.n++
+		kt.ms += float64(ms)
+		p.free = append(p.free, q.from, q.to)
+	}
+	p.pending = p.pending[:0]
+	return nil
+}
+
+// Profile returns the kernel profile so far (QPACK_CUDA_PROFILE=1), most
+// GPU time first, or "" when the profiler is off.
+func (b *Backend) Profile() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.profileLocked()
+}
+
+func (b *Backend) profileLocked() string {
+	p := b.prof
+	if p == nil {
+		return ""
+	}
+	if err := p.collect(b); err != nil {
+		return "cuda profile: " + err.Error()
+	}
+	type row struct {
+		k string
+		t *kernelTime
+	}
+	var rows []row
+	var all float64
+	for k, t := range p.total {
+		rows = append(rows, row{k, t})
+		all += t.ms
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].t.ms > rows[j].t.ms })
+	var s strings.Builder
+	fmt.Fprintf(&s, "cuda kernel profile: %.3f ms of GPU time in kernels\n", all)
+	for _, r := range rows {
+		fmt.Fprintf(&s, "  %-18s %8d launches %10.3f ms %5.1f%% %8.2f us each\n", r.k, r.t.n, r.t.ms, 100*r.t.ms/max(all, 1e-9), 1000*r.t.ms/float64(r.t.n))
+	}
+	return s.String()
+}
+
+func (b *Backend) logProfile() {
+	if s := b.profileLocked(); s != "" {
+		slog.Info(s)
+		fmt.Fprint(os.Stderr, s)
+	}
+}
+
+// release frees the profiler's events (streams idle after collect).
+func (p *profiler) release(b *Backend) error {
+	err := p.collect(b)
+	for _, e := range p.free {
+		if e2 := b.dev.freeEvent(e); err == nil {
+			err = e2
+		}
+	}
+	p.free = nil
+	return err
+}

@@ -1,0 +1,43 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+)
+
+// timerFake is the fake device with timing events: every kernel takes
+// 2 µs.
+type timerFake struct{ *fakeDev }
+
+func (f timerFake) newTimingEvent() (event, error) { return f.newEvent() }
+func (f timerFake) elapsed(from, to event) (float32, error) {
+	if !f.liveEv[from] || !f.liveEv[to] {
+		f.t.Fatalf("elapsed between events %d and %d, not both live", from, to)
+	}
+	return 0.002, nil
+}
+
+func TestProfilerFake(t *testing.T) {
+	t.Setenv(profileEnv, "1")
+	f := timerFake{newFake(t)}
+	b, err := newBackend(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.prof == nil {
+		t.Fatal("no profiler with " + profileEnv + "=1")
+	}
+	if _, ok := b.dev.(*recorder); ok {
+		t.Fatal("graphs on while profiling")
+	}
+	decodeCompare(t, b, "qwen3_next-q4g64", 3)
+	p := b.Profile()
+	n := b.Stats().Launches
+	if !strings.Contains(p, "gemv_q4") || !strings.Contains(p, "route_topk") {
+		t.Fatalf("profile lacks the kernels run:\n%s", p)
+	}
+	t.Logf("%d launches:\n%s", n, p)
+	if err := b.Close(); err != nil { // frees every event (the fake checks)
+		t.Fatal(err)
+	}
+}
