@@ -161,3 +161,13 @@ func (p *profiler) release(b *Backend) error {
 	p.free = nil
 	return err
 }
+
+// ResetProfile forgets the kernel profile so far (a measurement's start).
+func (b *Backend) ResetProfile() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.prof != nil {
+		b.prof.collect(b)
+		clear(b.prof.total)
+	}
+}

@@ -208,8 +208,17 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	if err != nil {
 		return err
 	}
+	kp, profiling := be.(kernelProfiler)
+	if profiling {
+		kp.ResetProfile()
+	}
 	out, err := s.Generate(ctx, nil, gen)
 	stop()
+	if profiling {
+		if p := kp.Profile(); p != "" {
+			fmt.Fprintf(os.Stderr, "bench/gpu: %s, %d tokens: %s", step, c.Tokens+1, p)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -258,4 +267,11 @@ func cpuProfile(step string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// kernelProfiler is the CUDA backend's kernel profile
+// (QPACK_CUDA_PROFILE=1): reset before the measured tokens, printed after.
+type kernelProfiler interface {
+	ResetProfile()
+	Profile() string
 }
