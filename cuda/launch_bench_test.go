@@ -13,6 +13,15 @@ import (
 // the device's own time per small kernel.
 func BenchmarkLaunchGPU(b *testing.B) {
 	be := openOrSkip(b)
+	// The driver's own costs: without the recorder (which would queue the
+	// launches and replay them as graphs).
+	if r, ok := be.dev.(*recorder); ok {
+		if err := r.flush(); err != nil {
+			b.Fatal(err)
+		}
+		be.dev = r.d
+		defer func() { be.dev = r }()
+	}
 	l := be.Layer()
 	x := l.Temp(256)
 	p := addr(x, 256)
