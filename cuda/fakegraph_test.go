@@ -132,7 +132,9 @@ func (g *graphFake) instantiate(graph uintptr) (uintptr, error) {
 	return id, nil
 }
 
-func (g *graphFake) execUpdate(exec, graph uintptr) (bool, error) { return false, errors.New("not faked") }
+func (g *graphFake) execUpdate(exec, graph uintptr) (bool, error) {
+	return false, errors.New("not faked")
+}
 
 func (g *graphFake) graphLaunch(exec uintptr) error {
 	if err := g.fail["graphLaunch"]; err != nil {
