@@ -67,6 +67,7 @@ type Sampler struct {
 	scores  []float64
 	cands   []int
 	weights []float64 // the draw's exp(score - max) per candidate
+	topw    []float64 // topP's, before its cut
 }
 
 // New returns a Sampler whose random stream is fixed by p.Seed.
@@ -162,7 +163,7 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 
 	cands = topK(sc, cands, s.p.TopK)
 	if s.p.TopP > 0 && s.p.TopP < 1 {
-		cands = topP(sc, cands, s.p.TopP)
+		cands, s.topw = topP(sc, cands, s.p.TopP, s.topw)
 	}
 	if s.p.MinP > 0 {
 		cands = minP(sc, cands, s.p.MinP)
@@ -182,12 +183,11 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 	}
 	// Each weight is computed once (the walk below adds the same values in
 	// the same order as the total).
-	w := slices.Grow(s.weights[:0], len(cands))[:len(cands)]
+	w := expWeights(s.weights, sc, cands, maxv)
 	s.weights = w
 	var total float64
-	for j, i := range cands {
-		w[j] = math.Exp(sc[i] - maxv)
-		total += w[j]
+	for _, v := range w {
+		total += v
 	}
 	u := s.rng.Float64() * total
 	var acc float64
@@ -295,14 +295,16 @@ func kthLargest(sc []float64, cands []int, k int) float64 {
 // topP keeps, in descending order of score (ties: lower id first), each
 // candidate while the probability mass before it is below p; the first is
 // always kept.
-func topP(sc []float64, cands []int, p float64) []int {
+// buf is scratch for the candidates' weights (returned, grown as needed).
+func topP(sc []float64, cands []int, p float64, buf []float64) ([]int, []float64) {
 	maxv := math.Inf(-1)
 	for _, i := range cands {
 		maxv = max(maxv, sc[i])
 	}
+	w := expWeights(buf, sc, cands, maxv) // exp(sc[cands[j]] - maxv)
 	var total float64
-	for _, i := range cands {
-		total += math.Exp(sc[i] - maxv)
+	for _, v := range w {
+		total += v
 	}
 	// Only candidates that can be kept go on the heap. Bucket them by the
 	// binary exponent of their probability: once the buckets above hold mass
@@ -315,8 +317,8 @@ func topP(sc []float64, cands []int, p float64) []int {
 		_, e := math.Frexp(prob) // prob = f * 2^e, f in [0.5, 1)
 		return min(nb-1, max(0, 1-e))
 	}
-	for _, i := range cands {
-		prob := math.Exp(sc[i]-maxv) / total
+	for _, v := range w {
+		prob := v / total
 		mass[bucket(prob)] += prob
 	}
 	last, cum := nb-1, 0.0
@@ -328,8 +330,8 @@ func topP(sc []float64, cands []int, p float64) []int {
 		}
 	}
 	ids := make([]int, 0, len(cands))
-	for _, i := range cands {
-		if bucket(math.Exp(sc[i]-maxv)/total) <= last {
+	for j, i := range cands {
+		if bucket(w[j]/total) <= last {
 			ids = append(ids, i)
 		}
 	}
@@ -351,7 +353,7 @@ func topP(sc []float64, cands []int, p float64) []int {
 		out = append(out, i)
 		before += math.Exp(sc[i]-maxv) / total
 	}
-	return out
+	return out, w
 }
 
 // minP keeps candidates whose probability is at least m times the largest,

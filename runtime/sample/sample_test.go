@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -137,7 +138,8 @@ func TestTopP(t *testing.T) {
 		{0.85, []int{0, 1, 3}},    // + 0.15
 		{0.97, []int{0, 1, 2, 3}}, // needs all
 	} {
-		got := sortedCopy(topP(sc, []int{0, 1, 2, 3}, c.p))
+		kept, _ := topP(sc, []int{0, 1, 2, 3}, c.p, nil)
+		got := sortedCopy(kept)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("top_p %v: kept %v, want %v", c.p, got, c.want)
 		}
@@ -520,12 +522,48 @@ func TestTopPMatchesSortRule(t *testing.T) {
 				want = append(want, i)
 			}
 		}
-		got := topP(sc, slices.Clone(cands), p)
+		got, _ := topP(sc, slices.Clone(cands), p, nil)
 		if !slices.Equal(sortedCopy(got), sortedCopy(want)) {
 			// Rounding can move a token that sits exactly on the boundary.
 			if d := len(got) - len(want); d < -1 || d > 1 {
 				t.Fatalf("trial %d n=%d p=%v: kept %d, rule keeps %d", trial, n, p, len(got), len(want))
 			}
+		}
+	}
+}
+
+// The weights of a whole vocabulary are computed on several cores: the
+// draws must not depend on how many (the same exps, summed in order).
+func TestParallelWeightsSameDraws(t *testing.T) {
+	const V = 3 * parallelExpMin
+	r := rand.New(rand.NewPCG(7, 8))
+	logits := make([]float32, V)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64() * 3)
+	}
+	draw := func(procs int, p Params) []int {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		s, err := New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for range 64 {
+			id, err := s.Sample(logits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, id)
+		}
+		return out
+	}
+	for _, p := range []Params{{Temperature: 1, Seed: 3}, {Temperature: 0.7, TopP: 0.9, Seed: 4}, {Temperature: 1.3, TopP: 0.5, MinP: 0.01, Seed: 5}} {
+		one, many := draw(1, p), draw(4, p)
+		if !slices.Equal(one, many) {
+			t.Fatalf("%+v: draws on 1 core %v, on 4 %v", p, one[:8], many[:8])
+		}
+		if slices.Min(one) == slices.Max(one) {
+			t.Fatalf("%+v: every draw the same token: the test would not see a difference", p)
 		}
 	}
 }
