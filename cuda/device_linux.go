@@ -565,15 +565,8 @@ func (g *gpu) close() error {
 
 // newTimingEvent and elapsed implement kernelTimer (profile.go).
 func (g *gpu) newTimingEvent() (event, error) {
-	var e event
-	err := g.do(func() error {
-		if err := g.call("cuEventCreate", g.outp(0), 0); err != nil {
-			return err
-		}
-		e = event(g.out[0])
-		return nil
-	})
-	return e, err
+	e, err := g.callOut("cuEventCreate", g.outp(0), 0)
+	return event(e), err
 }
 
 func (g *gpu) elapsed(from, to event) (float32, error) {

@@ -226,17 +226,7 @@ func graphBackend(t *testing.T) (*Backend, *graphFake) {
 // and fails unless every step's logits are the same bits.
 func decodeCompare(t *testing.T, b *Backend, name string, steps int) {
 	t.Helper()
-	dir := filepath.Join(tinyDir, name)
-	ref, err := runtime.Load(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	ref, m := loadBoth(t, name, b)
 	rs, st := ref.NewState(), m.NewState()
 	for i := range steps {
 		tok := []int{(7*i + 3) % m.Config.Vocab}

@@ -119,29 +119,11 @@ func (g *gpu) beginCapture() error {
 }
 
 func (g *gpu) endCapture() (uintptr, error) {
-	var graph uintptr
-	err := g.do(func() error {
-		g.out[0] = 0
-		if err := g.call("cuStreamEndCapture", g.stream, g.outp(0)); err != nil {
-			return err
-		}
-		graph = uintptr(g.out[0])
-		return nil
-	})
-	return graph, err
+	return g.callOut("cuStreamEndCapture", g.stream, g.outp(0))
 }
 
 func (g *gpu) instantiate(graph uintptr) (uintptr, error) {
-	var exec uintptr
-	err := g.do(func() error {
-		g.out[0] = 0
-		if err := g.call("cuGraphInstantiateWithFlags", g.outp(0), graph, 0); err != nil {
-			return err
-		}
-		exec = uintptr(g.out[0])
-		return nil
-	})
-	return exec, err
+	return g.callOut("cuGraphInstantiateWithFlags", g.outp(0), graph, 0)
 }
 
 // execUpdate updates exec to graph's parameters; false (no error) when
@@ -169,16 +151,8 @@ func (g *gpu) graphLaunch(exec uintptr) error {
 }
 
 func (g *gpu) graphNodes(graph uintptr) (int, error) {
-	var n int
-	err := g.do(func() error {
-		g.out[0] = 0
-		if err := g.call("cuGraphGetNodes", graph, 0, g.outp(0)); err != nil {
-			return err
-		}
-		n = int(g.out[0])
-		return nil
-	})
-	return n, err
+	n, err := g.callOut("cuGraphGetNodes", graph, 0, g.outp(0))
+	return int(n), err
 }
 
 func (g *gpu) destroyGraph(graph uintptr) error {
@@ -187,4 +161,19 @@ func (g *gpu) destroyGraph(graph uintptr) error {
 
 func (g *gpu) destroyExec(exec uintptr) error {
 	return g.do(func() error { return g.call("cuGraphExecDestroy", exec) })
+}
+
+// callOut calls a driver function whose out-parameter (one of args) is
+// g.outp(0), and returns what it wrote there.
+func (g *gpu) callOut(name string, args ...uintptr) (uintptr, error) {
+	var v uintptr
+	err := g.do(func() error {
+		g.out[0] = 0
+		if err := g.call(name, args...); err != nil {
+			return err
+		}
+		v = uintptr(g.out[0])
+		return nil
+	})
+	return v, err
 }

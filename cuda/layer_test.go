@@ -89,17 +89,7 @@ func compareTiny(t *testing.T, open func(t *testing.T) *Backend, tol func(name s
 		t.Run(name, func(t *testing.T) {
 			b := open(t)
 			s0 := b.Stats()
-			dir := filepath.Join(tinyDir, name)
-			ref, err := runtime.Load(dir, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			m, err := runtime.Load(dir, &runtime.LoadOptions{Backend: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			ref, m := loadBoth(t, name, b)
 			if _, ok := m.Device().(*Layer); !ok {
 				t.Fatalf("the model runs on %s, not the cuda layer device", m.Device().Name())
 			}
@@ -787,3 +777,20 @@ type nullSource struct{ _ byte }
 
 func (*nullSource) Expert(int, int) (*nn.ExpertWeights, error) { panic("nullSource.Expert") }
 func (*nullSource) Release(*nn.ExpertWeights)                  {}
+
+// loadBoth loads a tiny model on the CPU and on b, closed when t ends.
+func loadBoth(t *testing.T, name string, b *Backend) (ref, m *runtime.Model) {
+	t.Helper()
+	dir := filepath.Join(tinyDir, name)
+	ref, err := runtime.Load(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	m, err = runtime.Load(dir, &runtime.LoadOptions{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return ref, m
+}
