@@ -156,8 +156,11 @@ func (l *Layer) EndPass() error {
 	return err
 }
 
-// Flush implements nn.Device: the work is queued on the stream as it is
-// called, so there is nothing to submit; it returns the pending error.
+// Flush implements nn.Device: the end of a layer. With CUDA graphs
+// (record.go) the layer's queued work is submitted here (replayed as its
+// graph when it repeats), so the GPU runs a layer while the host queues
+// the next; without them the work went to the stream as it was called.
+// It returns the pending error.
 func (l *Layer) Flush() error {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
@@ -165,6 +168,11 @@ func (l *Layer) Flush() error {
 		return errClosed
 	}
 	l.experts.flush()
+	if r, ok := l.b.dev.(*recorder); ok {
+		if err := r.flush(); err != nil {
+			l.fail("Flush", err)
+		}
+	}
 	return l.err
 }
 

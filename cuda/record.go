@@ -13,15 +13,16 @@ import (
 // and a decode step queues about 160 of them; a CUDA graph launch costs
 // about 1 µs per node. So the recorder, which stands between the Backend
 // and the device, keeps the compute stream's submissions (launch, htod,
-// dtod, memset) in a host queue until something needs their results or
-// orders another stream against them (a download, a wait, an event, the
-// copy stream, a free); then it submits the queue:
+// dtod, memset) in a host queue until the Layer's Flush (the end of a
+// layer), or something needs their results or orders another stream
+// against them (a download, a wait, an event, the copy stream, a free);
+// then it submits the queue:
 //
 //   - as the replay of a graph captured earlier when the queue has the
 //     same ops (kinds, kernels, grids, copy addresses and sizes, in order;
 //     the kernels' parameter bytes may differ and are set on the graph's
-//     nodes first): a decode step repeats its predecessor but for the
-//     positions in RoPE's and attention's parameters;
+//     nodes first): a decode step's layers repeat the previous step's but
+//     for the positions in RoPE's and attention's parameters;
 //   - captured into a new graph (then launched) when a queue of its shape
 //     was submitted op by op before (a decode step's, or one layer's when
 //     something reads after each layer);
@@ -40,8 +41,8 @@ const graphMinOps = 16
 // recently used); maxSeen how many shapes of queues submitted op by op it
 // remembers as candidates.
 const (
-	maxGraphs = 64
-	maxSeen   = 256
+	maxGraphs = 256 // a graph per layer (Layer.Flush submits each) and the head
+	maxSeen   = 1024
 )
 
 const graphsEnv = "QPACK_CUDA_GRAPHS"
@@ -85,6 +86,7 @@ func (a *recOp) sameShape(b *recOp) bool {
 // was captured from (with the parameters its nodes now hold) and the node
 // of each launch.
 type recGraph struct {
+	hash        uint64 // shapeHash of ops
 	graph, exec uintptr
 	ops         []recOp
 	params      []byte
@@ -226,14 +228,14 @@ func (r *recorder) flush() error {
 
 	if r.on && len(ops) >= graphMinOps {
 		h := shapeHash(ops)
-		if g := r.find(ops); g != nil {
+		if g := r.find(h, ops); g != nil {
 			err := r.replay(g, ops, params)
 			if err == nil {
 				return nil
 			}
 			r.off("replaying a graph", err)
 		} else if r.seen[h] {
-			err := r.capture(ops, params)
+			err := r.capture(h, ops, params)
 			if err == nil {
 				delete(r.seen, h)
 				return nil
@@ -289,9 +291,9 @@ func sameQueue(a, b []recOp) bool {
 	return true
 }
 
-func (r *recorder) find(ops []recOp) *recGraph {
+func (r *recorder) find(h uint64, ops []recOp) *recGraph {
 	for i, g := range r.graphs {
-		if sameQueue(g.ops, ops) {
+		if g.hash == h && sameQueue(g.ops, ops) {
 			copy(r.graphs[1:i+1], r.graphs[:i]) // most recent first
 			r.graphs[0] = g
 			return g
@@ -325,7 +327,7 @@ func (r *recorder) replay(g *recGraph, ops []recOp, params []byte) error {
 }
 
 // capture records the queue into a new graph and launches it.
-func (r *recorder) capture(ops []recOp, params []byte) (err error) {
+func (r *recorder) capture(h uint64, ops []recOp, params []byte) (err error) {
 	if err := r.gr.beginCapture(); err != nil {
 		return err
 	}
@@ -354,7 +356,7 @@ func (r *recorder) capture(ops []recOp, params []byte) (err error) {
 		r.gr.destroyGraph(graph)
 		return err
 	}
-	g := &recGraph{graph: graph, exec: exec, ops: append([]recOp(nil), ops...), params: append([]byte(nil), params...), nodes: nodes}
+	g := &recGraph{hash: h, graph: graph, exec: exec, ops: append([]recOp(nil), ops...), params: append([]byte(nil), params...), nodes: nodes}
 	if err := r.gr.graphLaunch(exec); err != nil {
 		r.gr.destroyExec(exec)
 		r.gr.destroyGraph(graph)
