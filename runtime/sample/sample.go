@@ -117,6 +117,9 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 	if len(logits) == 0 {
 		return -1, errors.New("sample: empty logits")
 	}
+	if s.p.Temperature == 0 && !s.penalises() {
+		return argmax32(logits)
+	}
 	sc := s.penalised(logits)
 
 	if s.p.Temperature == 0 {
@@ -370,4 +373,27 @@ func minP(sc []float64, cands []int, m float64) []int {
 		}
 	}
 	return out
+}
+
+// penalises reports whether any penalty changes the scores.
+func (s *Sampler) penalises() bool {
+	rp := s.p.RepetitionPenalty
+	return (rp != 0 && rp != 1) || s.p.PresencePenalty != 0 || s.p.FrequencyPenalty != 0
+}
+
+// argmax32 is greedy decoding without penalties, straight over the float32
+// logits (the float64 scores order them the same way, exactly): the first
+// largest, NaN and -Inf never chosen.
+func argmax32(logits []float32) (int, error) {
+	// NaN and -Inf are never greater than bv.
+	best, bv := -1, float32(math.Inf(-1))
+	for i, v := range logits {
+		if v > bv {
+			best, bv = i, v
+		}
+	}
+	if best < 0 {
+		return -1, ErrNoCandidate
+	}
+	return best, nil
 }

@@ -567,3 +567,54 @@ func TestParallelWeightsSameDraws(t *testing.T) {
 		}
 	}
 }
+
+// Greedy without penalties takes the float32 fast path: the same token as
+// the reference argmax over float64 scores (NaN skipped, ties to the first).
+func TestGreedyFastPath(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	s, err := New(Params{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	for round := range 200 {
+		n := 1 + r.IntN(50)
+		logits := make([]float32, n)
+		for i := range logits {
+			switch r.IntN(10) {
+			case 0:
+				logits[i] = nan
+			case 1:
+				logits[i] = -inf
+			case 2:
+				logits[i] = 3 // ties
+			case 3:
+				if round%7 == 0 {
+					logits[i] = inf
+				}
+			default:
+				logits[i] = float32(r.NormFloat64())
+			}
+		}
+		want := -1
+		for i, v := range logits {
+			f := float64(v)
+			if math.IsNaN(f) || math.IsInf(f, -1) {
+				continue
+			}
+			if want < 0 || f > float64(logits[want]) {
+				want = i
+			}
+		}
+		got, err := s.Sample(logits)
+		if want < 0 {
+			if !errors.Is(err, ErrNoCandidate) {
+				t.Fatalf("%v: got %d, %v; want ErrNoCandidate", logits, got, err)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Fatalf("%v: got %d (%v), want %d", logits, got, err, want)
+		}
+	}
+}
