@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/nn/devicetest"
 )
 
 // graphFake is the fake device with CUDA graphs as the driver has them for
@@ -332,5 +333,17 @@ func TestGraphsGPU(t *testing.T) {
 	}
 	if !r.on {
 		t.Error("graphs were switched off on the GPU (see the log)")
+	}
+}
+
+// The conformance suite's model half through the recorder: .qpack
+// containers with a one-slot expert cache (expert copies between the
+// graphs), speculation, every expert resident.
+func TestRecorderModelsConformanceFake(t *testing.T) {
+	b, _ := graphBackend(t)
+	devicetest.Models(t, b)
+	t.Logf("stats %+v", b.Stats())
+	if b.Stats().GraphLaunches == 0 {
+		t.Error("no graph launched")
 	}
 }
