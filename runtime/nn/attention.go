@@ -75,78 +75,25 @@ func (c *KVCache) Attend(O, Q, K, V []float32, T int, d AttnDims) {
 	c.attendWindow(O, Q, K, V, T, d)
 }
 
+// attendFull and attendWindow run AttendRows over the cache as it is, then
+// store the chunk's rows (a ring keeps the last Window positions; a chunk
+// longer than the window reads none it overwrites, since it is stored
+// afterwards).
 func (c *KVCache) attendFull(O, Q, K, V []float32, T int, d AttnDims) {
-	pos := c.n
+	AttendRows(O, Q, K, V, c.k, c.v, c.n, T, 0, c.KWidth, c.VWidth, d)
 	c.k = append(c.k, K[:T*c.KWidth]...)
 	c.v = append(c.v, V[:T*c.VWidth]...)
 	c.n += T
-	kc, vc := c.k, c.v
-	Nh, hd, kw, vw := d.Heads, d.HeadDim, c.KWidth, c.VWidth
-	vd := d.vdim()
-	qw := Nh * d.QStride
-	scores := make([]float32, pos+T)
-	group := Nh / d.KVHeads
-	for t := range T {
-		n := pos + t + 1
-		for h := range Nh {
-			g := h / group
-			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
-			s := scores[:n]
-			for j := range n {
-				s[j] = Dot(q, kc[j*kw+g*hd:j*kw+(g+1)*hd]) * d.Scale
-			}
-			Softmax(s)
-			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
-			for j, p := range s {
-				Axpy(o, p, vc[j*vw+g*vd:j*vw+(g+1)*vd])
-			}
-		}
-	}
 }
 
 func (c *KVCache) attendWindow(O, Q, K, V []float32, T int, d AttnDims) {
-	W := c.Window
+	W, kw, vw := c.Window, c.KWidth, c.VWidth
 	if c.k == nil {
-		c.k = make([]float32, W*c.KWidth)
-		c.v = make([]float32, W*c.VWidth)
+		c.k = make([]float32, W*kw)
+		c.v = make([]float32, W*vw)
 	}
 	pos := c.n
-	Nh, hd, kw, vw := d.Heads, d.HeadDim, c.KWidth, c.VWidth
-	vd := d.vdim()
-	qw := Nh * d.QStride
-	// Position j's key and value: from the chunk if it is in it, else from
-	// its ring slot (the chunk's keys go into the ring only afterwards, so
-	// a chunk longer than the window reads none it overwrote).
-	key := func(j int) ([]float32, []float32) {
-		if j >= pos {
-			i := j - pos
-			return K[i*kw : (i+1)*kw], V[i*vw : (i+1)*vw]
-		}
-		s := j % W
-		return c.k[s*kw : (s+1)*kw], c.v[s*vw : (s+1)*vw]
-	}
-	scores := make([]float32, W)
-	group := Nh / d.KVHeads
-	for t := range T {
-		p := pos + t
-		lo := max(0, p-W+1)
-		n := p - lo + 1
-		for h := range Nh {
-			g := h / group
-			q := Q[t*qw+h*d.QStride : t*qw+h*d.QStride+hd]
-			s := scores[:n]
-			for j := range n {
-				k, _ := key(lo + j)
-				s[j] = Dot(q, k[g*hd:(g+1)*hd]) * d.Scale
-			}
-			Softmax(s)
-			o := O[(t*Nh+h)*vd : (t*Nh+h+1)*vd]
-			for j, pr := range s {
-				_, v := key(lo + j)
-				Axpy(o, pr, v[g*vd:(g+1)*vd])
-			}
-		}
-	}
+	AttendRows(O, Q, K, V, c.k, c.v, pos, T, W, kw, vw, d)
 	for i := max(0, T-W); i < T; i++ {
 		s := (pos + i) % W
 		copy(c.k[s*kw:(s+1)*kw], K[i*kw:(i+1)*kw])
