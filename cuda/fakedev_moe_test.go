@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"math"
+	"strings"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -21,7 +22,7 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[64+4*j:])) }
 	rows, cols, group, st, bits, kk, E, act, layer := u(0), u(1), u(2), mlxq.Float(u(3)), u(4), u(5), u(6), u(7), u(8)
 	table, selp, wtsp, scalep, xp, yp, faultp, gatep := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7)
-	gateup := k[:10] == "moe_gateup"
+	gateup := strings.HasPrefix(k, "moe_gateup")
 	per := 1
 	if bits == 4 || bits == 8 {
 		per = qRows
@@ -33,7 +34,7 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	if int(grid[0]) != wantGroups {
 		f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
 	}
-	if (k[len(k)-2:] == "q4") != (bits == 4) || (k[len(k)-2:] == "q8") != (bits == 8) {
+	if strings.HasSuffix(k, "_q4") != (bits == 4) || strings.HasSuffix(k, "_q8") != (bits == 8) {
 		f.t.Fatalf("%s for %d-bit experts", k, bits)
 	}
 	n := int(grid[1]) // slots (gateup) or tokens (down)

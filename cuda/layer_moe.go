@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -356,13 +357,13 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.k)*int64(n)*int64(m.Cols)); err != nil {
 		return err
 	}
-	rows := 1
-	if kernel == "moe_gateup_q4" || kernel == "moe_gateup_q8" || kernel == "moe_down_q4" || kernel == "moe_down_q8" {
+	rows := 1 // per simdgroup (moe_gateup_*) or per group (moe_down_*)
+	if m.Bits == 4 || m.Bits == 8 {
 		rows = qRows
 	}
-	groups := ceilDiv(m.Rows, rows) // moe_down_*: rows per group
-	if kernel[:9] == "moe_gateu" {
-		groups = ceilDiv(m.Rows, rows*rowsPerTG) // rows per simdgroup
+	groups := ceilDiv(m.Rows, rows)
+	if strings.HasPrefix(kernel, "moe_gateup") {
+		groups = ceilDiv(m.Rows, rows*rowsPerTG)
 	}
 	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -143,9 +142,10 @@ func (b *Backend) profileLocked() string {
 	return s.String()
 }
 
+// logProfile writes the profile to stderr (asked for by the environment,
+// like a CPU profile; not a log record).
 func (b *Backend) logProfile() {
 	if s := b.profileLocked(); s != "" {
-		slog.Info(s)
 		fmt.Fprint(os.Stderr, s)
 	}
 }

@@ -67,9 +67,9 @@ type recOp struct {
 	n           int    // bytes
 }
 
-// sameShape reports whether b can replay as a: everything equal but the
+// replays reports whether b can replay as a: everything equal but the
 // kernels' parameter bytes.
-func (a *recOp) sameShape(b *recOp) bool {
+func (a *recOp) replays(b *recOp) bool {
 	if a.kind != b.kind || a.n != b.n || a.dst != b.dst || a.src != b.src {
 		return false
 	}
@@ -251,7 +251,7 @@ func (r *recorder) flush() error {
 	return r.issue(ops, params)
 }
 
-// shapeHash hashes what sameShape compares (FNV-1a over the ops' fields).
+// shapeHash hashes what replays compares (FNV-1a over the ops' fields).
 func shapeHash(ops []recOp) uint64 {
 	h := uint64(14695981039346656037)
 	mix := func(v uint64) {
@@ -284,7 +284,7 @@ func sameQueue(a, b []recOp) bool {
 		return false
 	}
 	for i := range a {
-		if !a[i].sameShape(&b[i]) {
+		if !a[i].replays(&b[i]) {
 			return false
 		}
 	}

@@ -33,12 +33,5 @@ type MLP struct {
 // Forward runs the MLP over T rows of xn into out [T, Down.Rows] on the
 // binding's device.
 func (d *MLP) Forward(b *Binding, xn, out Tensor, T int) {
-	dev := b.Dev
-	inter := d.Gate.Rows
-	g := dev.Temp(T * inter)
-	u := dev.Temp(T * inter)
-	dev.MatMul(b.M(&d.Gate), g, xn, T)
-	dev.MatMul(b.M(&d.Up), u, xn, T)
-	dev.GLU(d.Act, g, g, u, T*inter)
-	dev.MatMul(b.M(&d.Down), out, g, T)
+	glu(b.Dev, ExpertMats{Gate: b.M(&d.Gate), Up: b.M(&d.Up), Down: b.M(&d.Down)}, d.Act, xn, out, T)
 }
