@@ -255,7 +255,8 @@ func cpuProfile(step string) (func(), error) {
 	if dir == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(filepath.Join(dir, step+".pprof"))
+	// A new file: an existing one (not this run's) is never replaced.
+	f, err := os.OpenFile(filepath.Join(dir, step+".pprof"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
 	}
