@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages .ci/run needs when their commands are missing:
-# g++ (the Metal kernels are tested as C++ through metal/shim) and, off arm64,
+# g++ (the Metal kernels are tested as C++ through metal/shim), clang (the
+# CUDA kernels' source is checked by clang's CUDA front end and the gemm and
+# routed-expert kernels run on its CPU emulator: cuda/*clang*_test.go,
+# cuda/*emu*_test.go, which skip without clang++) and, off arm64,
 # qemu-user-static (runtime/mlxq's NEON kernels run under emulation).
 #
 # As root it runs apt-get itself; otherwise through `sudo -n`, which fails at
@@ -24,6 +27,7 @@ want() { # want COMMAND PACKAGE
   fi
 }
 want g++ g++
+want clang++ clang
 if [ "$(uname -m)" != "aarch64" ]; then
   want qemu-aarch64-static qemu-user-static
 fi

@@ -51,6 +51,7 @@ if [ "$sub" = install ] && [ "$STUB_INSTALL" = yes ]; then
   for p in "${pkgs[@]}"; do
     case "$p" in
       g++) c=g++ ;;
+      clang) c=clang++ ;;
       qemu-user-static) c=qemu-aarch64-static ;;
       *) echo "E: Unable to locate package $p" >&2; exit 100 ;;
     esac
@@ -88,43 +89,43 @@ var (
 var installCases = []installCase{
 	{
 		name: "root, both missing", uid: "0", arch: "x86_64",
-		wantLog:  []string{rootUpdate, rootInstall + "g++ qemu-user-static"},
-		wantCmds: []string{"g++", "qemu-aarch64-static"},
+		wantLog:  []string{rootUpdate, rootInstall + "g++ clang qemu-user-static"},
+		wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
 		name: "root, no sudo on the machine", uid: "0", arch: "x86_64", noSudo: true,
-		wantLog:  []string{rootUpdate, rootInstall + "g++ qemu-user-static"},
-		wantCmds: []string{"g++", "qemu-aarch64-static"},
+		wantLog:  []string{rootUpdate, rootInstall + "g++ clang qemu-user-static"},
+		wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
 		name: "user with sudo, both missing", uid: "1000", arch: "x86_64",
 		wantLog: []string{
 			sudoProbe, sudoPrefix + "update -qq", rootUpdate,
-			sudoPrefix + "install -y -qq g++ qemu-user-static", rootInstall + "g++ qemu-user-static",
+			sudoPrefix + "install -y -qq g++ clang qemu-user-static", rootInstall + "g++ clang qemu-user-static",
 		},
-		wantCmds: []string{"g++", "qemu-aarch64-static"},
+		wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
-		name: "root, only qemu missing", uid: "0", arch: "x86_64", present: []string{"g++"},
+		name: "root, only qemu missing", uid: "0", arch: "x86_64", present: []string{"g++", "clang++"},
 		wantLog:  []string{rootUpdate, rootInstall + "qemu-user-static"},
-		wantCmds: []string{"g++", "qemu-aarch64-static"},
+		wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
 		name: "arm64 needs no qemu", uid: "1000", arch: "aarch64",
-		wantLog:  []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++", rootInstall + "g++"},
-		wantCmds: []string{"g++"},
+		wantLog:  []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++ clang", rootInstall + "g++ clang"},
+		wantCmds: []string{"g++", "clang++"},
 	},
 	{
-		name: "root, everything present", uid: "0", arch: "x86_64", present: []string{"g++", "qemu-aarch64-static"},
-		wantCmds: []string{"g++", "qemu-aarch64-static"},
+		name: "root, everything present", uid: "0", arch: "x86_64", present: []string{"g++", "clang++", "qemu-aarch64-static"},
+		wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
 		name: "user, everything present, no sudo", uid: "1000", arch: "x86_64", noSudo: true,
-		present: []string{"g++", "qemu-aarch64-static"}, wantCmds: []string{"g++", "qemu-aarch64-static"},
+		present: []string{"g++", "clang++", "qemu-aarch64-static"}, wantCmds: []string{"g++", "clang++", "qemu-aarch64-static"},
 	},
 	{
 		name: "user without sudo", uid: "1000", arch: "x86_64", noSudo: true, wantStatus: 1,
-		wantErr: "not running as root and no sudo: install g++ qemu-user-static",
+		wantErr: "not running as root and no sudo: install g++ clang qemu-user-static",
 	},
 	{
 		name: "user whose sudo wants a password", uid: "1000", arch: "x86_64", sudoPass: true, wantStatus: 1,
@@ -136,12 +137,12 @@ var installCases = []installCase{
 	},
 	{
 		name: "apt-get install fails under sudo", uid: "1000", arch: "x86_64", fail: "install", wantStatus: 1,
-		wantLog: []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++ qemu-user-static", rootInstall + "g++ qemu-user-static"},
-		wantErr: "apt-get install g++ qemu-user-static failed",
+		wantLog: []string{sudoProbe, sudoPrefix + "update -qq", rootUpdate, sudoPrefix + "install -y -qq g++ clang qemu-user-static", rootInstall + "g++ clang qemu-user-static"},
+		wantErr: "apt-get install g++ clang qemu-user-static failed",
 	},
 	{
 		name: "apt-get succeeds but the command is still missing", uid: "0", arch: "x86_64", noInstall: true, wantStatus: 1,
-		wantLog: []string{rootUpdate, rootInstall + "g++ qemu-user-static"},
+		wantLog: []string{rootUpdate, rootInstall + "g++ clang qemu-user-static"},
 		wantErr: "g++ is still not on PATH",
 	},
 }
