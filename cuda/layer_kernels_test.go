@@ -337,6 +337,26 @@ func TestLayerKernelsCPU(t *testing.T) {
 			}
 			near(t, fmt.Sprintf("%+v weights", c), d.get(pw, c.T*c.k), want.Wts, 1e-6)
 		}
+		// A NaN logit selects nothing: every sel entry of its token is -1
+		// (the host's fault check), the other token's are unchanged.
+		logits := rnd(r, 2*96, 4)
+		logits[96+40] = float32(math.NaN())
+		want := nn.NewRouting(1, 6)
+		if err := host.Route(want, nn.HostTensor(append([]float32(nil), logits[:96]...)), 1, 96, true); err != nil {
+			t.Fatal(err)
+		}
+		ps, pw := d.put(make([]float32, 12)), d.put(make([]float32, 12))
+		must(b.kRouteTopK(ps, pw, d.put(logits), 2, 96, 6, true))
+		sel := d.get(ps, 12)
+		for i := range 12 {
+			got, exp := int(int32(math.Float32bits(sel[i]))), -1
+			if i < 6 {
+				exp = want.Sel[i]
+			}
+			if got != exp {
+				t.Fatalf("NaN token: sel[%d] = %d, want %d", i, got, exp)
+			}
+		}
 	})
 }
 

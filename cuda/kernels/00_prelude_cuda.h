@@ -72,6 +72,14 @@ QP_DEVICE float qp_half_to_float(ushort h) {
     return f;
 }
 
+// PTX prmt.b32 (default mode, selector nibbles 0-7): byte n of the result
+// is byte ((s >> 4n) & 7) of the 8 bytes {a.b0 .. a.b3, b.b0 .. b.b3}.
+QP_DEVICE uint qp_byte_perm(uint a, uint b, uint s) {
+    uint r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+    return r;
+}
+
 QP_DEVICE qp_uint4 qp_load_uint4(QP_GLOBAL const uchar* p) { return *(const qp_uint4*)p; }
 QP_DEVICE qp_float4 qp_load_float4(QP_GLOBAL const float* p) { return *(const qp_float4*)p; }
 

@@ -42,6 +42,9 @@
 //     precise:: ones), except qp_rsqrt which may be approximate (the
 //     bodies use 1/qp_sqrt where accuracy matters).
 //   - QP_STATIC_ASSERT(cond, "message").
+//   - QP_UNROLL before a loop of constant trip count asks for it unrolled
+//     (CUDA: #pragma unroll, so arrays indexed by its counter stay in
+//     registers); elsewhere it may expand to nothing.
 //
 // Every sum is in float, in an order fixed by the code (never atomics), so
 // a kernel gives the same bits on every run of the same device. Results

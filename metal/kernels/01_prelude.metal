@@ -40,6 +40,8 @@
 // exchange data through threadgroup memory and through their outputs.
 #define QP_BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device)
 #define QP_STATIC_ASSERT(c, msg) static_assert(c, msg)
+// The Metal compiler unrolls constant-trip loops on its own.
+#define QP_UNROLL
 // Threadgroup memory as a helper's pointer parameter. The C++ shim
 // (metal/shim/metal_stdlib) makes `threadgroup` storage `static`, which a
 // parameter cannot be: there it is empty.

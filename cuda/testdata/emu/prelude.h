@@ -79,6 +79,17 @@ QP_DEVICE qp_uint4 qp_load_uint4(const uchar* p) {
     return v;
 }
 
+// prmt.b32, default mode with selector nibbles 0-7 (the prelude's
+// qp_byte_perm).
+QP_DEVICE uint qp_byte_perm(uint a, uint b, uint s) {
+    unsigned long long v = (unsigned long long)a | ((unsigned long long)b << 32);
+    uint r = 0;
+    for (int n = 0; n < 4; n++) {
+        r |= uint((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+    }
+    return r;
+}
+
 QP_DEVICE qp_float4 qp_load_float4(const float* p) {
     qp_float4 v;
     memcpy(&v, p, 16);

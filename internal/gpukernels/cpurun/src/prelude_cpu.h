@@ -51,6 +51,7 @@ struct Reg {
 #define QP_SIMD 32
 #define QP_SIMDS (QP_TG / QP_SIMD)
 #define QP_STATIC_ASSERT(c, m) static_assert(c, m)
+#define QP_UNROLL
 
 static inline float qp_simd_sum(float v) { return qkcpu::simd_op(v, 0); }
 static inline float qp_simd_max(float v) { return qkcpu::simd_op(v, 1); }
