@@ -48,8 +48,11 @@ QP_DEVICE float qp_word_dot(uint q, const float* x) {
 // (the even elements' nibbles at bits 3-6 of each byte, then the odd
 // ones', bit 7 set: the exponent's low bit) and one byte permutation per
 // element (byte n into bits 16-23 under the exponent byte 0x3F), instead
-// of a shift, mask, OR and subtraction per element: the 4-bit products are
-// bound by these integer operations, not by memory.
+// of a shift, mask, OR and subtraction per element. Measured on the H200
+// (testdata/cuda/bandwidth.log), this left the large 4-bit matvec's rate
+// where it was (0.41x the copy bandwidth): what binds it is more likely
+// the 128 bytes of x each lane loads per 16-byte chunk of a row (twice
+// the weight bytes; 8 bits load 64), i.e. QP_QROWS rows per x load.
 QP_DEVICE float qp_word_dotf4(uint q, const float* x) {
     uint ev = ((q << 3) & 0x78787878u) | 0x80808080u;
     uint od = ((q >> 1) & 0x78787878u) | 0x80808080u;
