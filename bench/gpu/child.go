@@ -199,7 +199,11 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	// the host about 1 ms per token at 32K entries, as much as the GPU's
 	// decode step).
 	gen := runner.GenOptions{Sample: sample.Params{Temperature: 1, TopK: 64, TopP: 0.95, Seed: 42}, MaxNew: 8}
-	if _, err := s.Generate(ctx, benchpack.RandomTokens(16, V, 3), gen); err != nil {
+	prompt := 16
+	if step == "resident" {
+		prompt = c.Context // a long one measures decode at a long context
+	}
+	if _, err := s.Generate(ctx, benchpack.RandomTokens(prompt, V, 3), gen); err != nil {
 		return err
 	}
 	gen.MaxNew = c.Tokens + 1

@@ -52,9 +52,9 @@ func (f *facts) PrefillFlops(n int) float64 {
 	return f.ProductFlopsPerToken*float64(n) + f.HeadFlops
 }
 
-// readFacts reads the container's facts; the decode measured `tokens`
-// tokens after a 16-token prompt and 8 warm-up tokens.
-func readFacts(pack string, tokens int) (*facts, error) {
+// readFacts reads the container's facts; the resident decode measured
+// `tokens` tokens after a prompt of `context` tokens and 8 warm-up tokens.
+func readFacts(pack string, tokens, context int) (*facts, error) {
 	cn, err := qpack.Open(pack)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func readFacts(pack string, tokens int) (*facts, error) {
 		}
 	}
 	f.ExpertTouched = int64(f.SparseLayers) * int64(cfg.TopK) * f.ExpertPayload
-	f.MeanContext = 16 + 8 + float64(tokens)/2
+	f.MeanContext = float64(context) + 8 + float64(tokens)/2
 	kv := 2 * float64(cfg.KVHeads*cfg.HeadDim) * 4 * f.MeanContext
 	delta := 2 * 4 * float64(cfg.LinValueHeads*cfg.LinKeyHeadDim*cfg.LinValHeadDim+cfg.ConvDim()*(cfg.ConvKernel-1))
 	f.StateTouched = float64(f.FullLayers)*kv + float64(f.LinearLayers)*delta

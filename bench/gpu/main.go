@@ -57,6 +57,7 @@ type config struct {
 	Vocab       int           `json:"vocab"`
 	Tokens      int           `json:"tokens"`
 	Prompt      int           `json:"prompt"`
+	Context     int           `json:"resident_context"`
 	Chunk       int           `json:"chunk"`
 	HostCache   float64       `json:"host_cache_percent"`
 	DeviceCache float64       `json:"device_cache_percent"`
@@ -82,6 +83,7 @@ func main() {
 	flag.IntVar(&c.Vocab, "vocab", 32768, "vocabulary size (35b has 248320, 80b 151936; a smaller one keeps lm_head, which a few layers do not amortize, from dominating)")
 	flag.IntVar(&c.Tokens, "tokens", 32, "decode tokens measured (after 8 warm-up tokens)")
 	flag.IntVar(&c.Prompt, "prompt", 4096, "prefill prompt tokens (0: no prefill)")
+	flag.IntVar(&c.Context, "resident-context", 16, "prompt tokens before the resident decode (its context; the streamed decodes always start from 16)")
 	flag.IntVar(&c.Chunk, "chunk", runner.DefaultPrefillChunk, "prefill tokens per forward pass")
 	flag.Float64Var(&c.HostCache, "host-cache", 5, "streamed decode: host expert cache, percent of all experts")
 	flag.Float64Var(&c.DeviceCache, "device-cache", 5, "streamed decode: device expert cache, percent of all experts")
@@ -97,6 +99,9 @@ func main() {
 	flag.Parse()
 	if c.WriteTime <= 0 {
 		c.WriteTime = 4 * c.Timeout
+	}
+	if c.Context < 1 {
+		fail(fmt.Errorf("-resident-context %d: want at least 1 token", c.Context))
 	}
 	if _, ok := models[c.Dims]; !ok {
 		fail(fmt.Errorf("-dims %q: want 35b or 80b", c.Dims))

@@ -118,9 +118,10 @@ func TestWholeCommandToy(t *testing.T) {
 	}
 
 	// The text form says the same, with the machine beside it; -json-out
-	// writes the JSON beside it.
+	// writes the JSON beside it; -resident-context sets the resident
+	// decode's context (and so the KV bytes its HBM limit counts).
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, stderr, err = command(t, "-dims", "toy", "-layers", "4", "-tokens", "2", "-prompt", "0", "-bw-time", "100ms", "-copy-bytes", "1048576", "-dir", dir, "-json-out", js)
+	out, stderr, err = command(t, "-dims", "toy", "-layers", "4", "-tokens", "2", "-prompt", "0", "-resident-context", "40", "-bw-time", "100ms", "-copy-bytes", "1048576", "-dir", dir, "-json-out", js)
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, stderr, out)
 	}
@@ -128,7 +129,11 @@ func TestWholeCommandToy(t *testing.T) {
 	if data, err := os.ReadFile(js); err != nil || json.Unmarshal(data, &rep2) != nil || rep2.Facts == nil || rep2.PrefillCPU != nil {
 		t.Errorf("-json-out: %v %+v", err, rep2)
 	}
-	for _, want := range []string{"machine: GPU ", "cores", "pread bandwidth", "streamed (5% host), for comparison cpu", "I/O ", "HBM limit"} {
+	if rep2.Facts != nil && (rep2.Facts.MeanContext != 40+8+1 || rep2.Config.Context != 40) {
+		t.Errorf("-resident-context 40: mean context %g, config %+v", rep2.Facts.MeanContext, rep2.Config)
+	}
+	for _, want := range []string{"machine: GPU ", "cores", "pread bandwidth", "streamed (5% host), for comparison cpu", "I/O ", "HBM limit",
+		"the resident one after a 40-token prompt", "at context 49"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
 		}

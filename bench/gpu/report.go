@@ -59,7 +59,11 @@ func (rep *report) print(w io.Writer) error {
 	p("disk: pread bandwidth of whole expert blobs at random offsets (%s, %d reads in flight), before / between / after the streamed runs: %s MB/s\n",
 		rep.IOMode, rep.Readers, strings.Join(bws, " / "))
 
-	p("\ndecode (%d tokens after a 16-token prompt and 8 warm-up tokens, temperature 1, top-k 64, top-p 0.95):\n", c.Tokens)
+	ctxNote := ""
+	if c.Context != 16 {
+		ctxNote = fmt.Sprintf("; the resident one after a %d-token prompt", c.Context)
+	}
+	p("\ndecode (%d tokens after a 16-token prompt and 8 warm-up tokens%s, temperature 1, top-k 64, top-p 0.95):\n", c.Tokens, ctxNote)
 	p("  %-34s %-5s %11s %12s %11s %8s %10s %12s %8s %6s\n", "run", "", "host cache", "device cache", "read/token", "hit rate", "decode", "limit", "vs limit", "goal")
 	row := func(label string, fg *figure) {
 		r := fg.Res

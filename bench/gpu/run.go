@@ -105,7 +105,7 @@ func run(c config, mode expertcache.IOMode) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rep.Facts, err = readFacts(pack, c.Tokens); err != nil {
+	if rep.Facts, err = readFacts(pack, c.Tokens, c.Context); err != nil {
 		return nil, err
 	}
 	ioName := c.IO
@@ -129,7 +129,7 @@ func run(c config, mode expertcache.IOMode) (*report, error) {
 
 	step := func(name, backend, model string, timeout time.Duration) *stepResult {
 		res, err := spawn(timeout, "-child", name, "-backend", backend, "-model", model, "-io", c.IO,
-			"-dims", c.Dims, "-tokens", fmt.Sprint(c.Tokens), "-prompt", fmt.Sprint(c.Prompt), "-chunk", fmt.Sprint(c.Chunk),
+			"-dims", c.Dims, "-tokens", fmt.Sprint(c.Tokens), "-prompt", fmt.Sprint(c.Prompt), "-chunk", fmt.Sprint(c.Chunk), "-resident-context", fmt.Sprint(c.Context),
 			"-host-cache", fmt.Sprint(c.HostCache), "-device-cache", fmt.Sprint(c.DeviceCache), "-copy-bytes", fmt.Sprint(c.CopyBytes))
 		if err != nil {
 			rep.Failed++
@@ -190,7 +190,7 @@ func run(c config, mode expertcache.IOMode) (*report, error) {
 					return nil, err
 				}
 			}
-			if rep.CPUFacts, err = readFacts(cpuPack, c.Tokens); err != nil {
+			if rep.CPUFacts, err = readFacts(cpuPack, c.Tokens, c.Context); err != nil {
 				return nil, err
 			}
 			pp := &figure{Res: step("prefill", "cpu", cpuPack, c.Timeout)}
