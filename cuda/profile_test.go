@@ -33,7 +33,7 @@ func TestProfilerFake(t *testing.T) {
 	decodeCompare(t, b, "qwen3_next-q4g64", 3)
 	p := b.Profile()
 	n := b.Stats().Launches
-	if !strings.Contains(p, "gemv_q4") || !strings.Contains(p, "route_topk") {
+	if !strings.Contains(p, "gemv_q4") || !strings.Contains(p, "route_topk") || !strings.Contains(p, "the fastest launch took 2.00 us") {
 		t.Fatalf("profile lacks the kernels run:\n%s", p)
 	}
 	t.Logf("%d launches:\n%s", n, p)
