@@ -410,17 +410,25 @@ func (g *gpu) dtoh(dst []byte, src devptr) error {
 	})
 }
 
-func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
-	var pin goruntime.Pinner
-	defer pin.Unpin()
+// kernelArgs copies a launch's parameter block and returns the
+// kernelParams array the driver reads (one pointer, to the copy), both
+// pinned by pin until the caller unpins it after the call.
+func kernelArgs(pin *goruntime.Pinner, params []byte) uintptr {
 	p := make([]byte, len(params))
 	copy(p, params)
 	pin.Pin(&p[0])
 	args := []uintptr{uintptr(unsafe.Pointer(&p[0]))}
 	pin.Pin(&args[0])
+	return uintptr(unsafe.Pointer(&args[0]))
+}
+
+func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
+	var pin goruntime.Pinner
+	defer pin.Unpin()
+	args := kernelArgs(&pin, params)
 	return g.do(func() error {
 		return g.call("cuLaunchKernel", f, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
-			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), 0, g.stream, uintptr(unsafe.Pointer(&args[0])), 0)
+			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), 0, g.stream, args, 0)
 	})
 }
 

@@ -99,12 +99,7 @@ type kernelNodeParams struct {
 func (g *gpu) setKernelParams(exec, node, fn uintptr, grid, block [3]uint32, params []byte) error {
 	var pin goruntime.Pinner
 	defer pin.Unpin()
-	p := make([]byte, len(params))
-	copy(p, params)
-	pin.Pin(&p[0])
-	args := []uintptr{uintptr(unsafe.Pointer(&p[0]))}
-	pin.Pin(&args[0])
-	kp := &kernelNodeParams{fn: fn, grid: grid, block: block, kernelParams: uintptr(unsafe.Pointer(&args[0]))}
+	kp := &kernelNodeParams{fn: fn, grid: grid, block: block, kernelParams: kernelArgs(&pin, params)}
 	pin.Pin(kp)
 	return g.do(func() error {
 		return g.call("cuGraphExecKernelNodeSetParams_v2", exec, node, uintptr(unsafe.Pointer(kp)))

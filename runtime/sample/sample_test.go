@@ -21,6 +21,20 @@ func mustNew(t *testing.T, p Params) *Sampler {
 	return s
 }
 
+// draws samples n tokens from logits with s, in order.
+func draws(t *testing.T, s *Sampler, logits []float32, n int) []int {
+	t.Helper()
+	out := make([]int, 0, n)
+	for range n {
+		id, err := s.Sample(logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 func logf(ps ...float64) []float32 {
 	out := make([]float32, len(ps))
 	for i, p := range ps {
@@ -231,15 +245,7 @@ func TestSeedReproducible(t *testing.T) {
 	}
 	run := func(seed uint64) []int {
 		s := mustNew(t, Params{Temperature: 0.9, TopK: 50, TopP: 0.9, MinP: 0.01, RepetitionPenalty: 1.1, Seed: seed})
-		var out []int
-		for range 64 {
-			id, err := s.Sample(logits)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, id)
-		}
-		return out
+		return draws(t, s, logits, 64)
 	}
 	a, b, c := run(7), run(7), run(8)
 	if !slices.Equal(a, b) {
@@ -543,19 +549,7 @@ func TestParallelWeightsSameDraws(t *testing.T) {
 	}
 	draw := func(procs int, p Params) []int {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		s, err := New(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int
-		for range 64 {
-			id, err := s.Sample(logits)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, id)
-		}
-		return out
+		return draws(t, mustNew(t, p), logits, 64)
 	}
 	for _, p := range []Params{{Temperature: 1, Seed: 3}, {Temperature: 0.7, TopP: 0.9, Seed: 4}, {Temperature: 1.3, TopP: 0.5, MinP: 0.01, Seed: 5}} {
 		one, many := draw(1, p), draw(4, p)
