@@ -265,6 +265,8 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 			f.t.Fatal(err)
 		}
 		runtime.CPU{}.MatMul(m, f32s(f.at(u64(4), 4*n*rows)), f32s(f.at(u64(3), 4*n*cols)), n)
+	case "gemv_q4_set", "gemv_q8_set":
+		f.gemvSetOnCPU(k, grid, p)
 	case "rms_norm":
 		rows, dim := u32(24), u32(28)
 		eps := math.Float32frombits(uint32(u32(32)))
@@ -286,6 +288,42 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		f.layerKernel(k, grid, p)
 	}
 	return nil
+}
+
+// gemvSetOnCPU computes a gemv_*_set launch's products with the CPU
+// backend, from the parameter block as QGemvSet lays it out, after checking
+// that the grid covers every product's row blocks and the blocks start where
+// the products need them.
+func (f *fakeDev) gemvSetOnCPU(k string, grid [3]uint32, p []byte) {
+	u64 := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
+	u32 := func(off int) int { return int(binary.LittleEndian.Uint32(p[off:])) }
+	const set = gemvSetMax
+	count, cols, group, st := u32(168), u32(172), u32(176), mlxq.Float(u32(180))
+	bits := 4
+	if k == "gemv_q8_set" {
+		bits = 8
+	}
+	if count < 1 || count > set {
+		f.t.Fatalf("%s: %d products", k, count)
+	}
+	per, blocks := rowsPerTG*qRows, 0
+	n := int(grid[1])
+	for i := range count {
+		rows, first := u32(136+4*i), u32(152+4*i)
+		if first != blocks {
+			f.t.Fatalf("%s: product %d starts at block %d, want %d", k, i, first, blocks)
+		}
+		blocks += ceilDiv(rows, per)
+		sb := rows * (cols / group) * st.Size()
+		m, err := mlxq.NewQuantized(rows, cols, bits, group, st, f.at(u64(i), rows*cols*bits/8), f.at(u64(set+i), sb), f.at(u64(2*set+i), sb))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		runtime.CPU{}.MatMul(m, f32s(f.at(u64(3*set+i), 4*n*rows)), f32s(f.at(u64(4*set), 4*n*cols)), n)
+	}
+	if int(grid[0]) != blocks {
+		f.t.Fatalf("%s: grid %v for %d row blocks", k, grid, blocks)
+	}
 }
 
 // gemmOnCPU computes a gemm kernel's launch with the CPU backend, from the
@@ -319,8 +357,8 @@ func (f *fakeDev) gemmOnCPU(kernel string, p gemmParams) {
 
 // layerKernelPtrs is the number of device addresses each whole-layer
 // kernel's parameter block starts with.
-var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 6, "deltanet_conv": 4, "deltanet_qknorm": 1,
-	"deltanet_rec": 9, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
+	"deltanet_rec": 9, "deltanet_rec_reg": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
 	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}
 
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
@@ -361,6 +399,15 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		}
 		h.RMSNorm(T(ptr(2), span(rows, ys, width)), T(ptr(0), span(rows, xs, width)), w,
 			nn.NormSpec{Rows: rows, Width: width, XStride: xs, YStride: ys, Eps: eps, Kind: kind})
+	case "add_rms_norm_rows":
+		rows, width, ys, eps, kind := u(0), u(1), u(2), fl(3), nn.NormKind(u(4))
+		var w nn.Tensor
+		if kind != nn.NormUnit {
+			w = T(ptr(2), width)
+		}
+		h.Add(T(ptr(0), rows*width), T(ptr(1), rows*width), rows*width)
+		h.RMSNorm(T(ptr(3), span(rows, ys, width)), T(ptr(0), rows*width), w,
+			nn.NormSpec{Rows: rows, Width: width, YStride: ys, Eps: eps, Kind: kind})
 	case "rope":
 		rows, pairs, half, stride, perPos, pos0, inter := u(0), u(1), u(2), u(3), u(4), u(5), u(6) != 0
 		r := &nn.RoPE{Half: half, InvFreq: view(ptr(1), pairs), Interleaved: inter}
@@ -371,9 +418,16 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		h.RoPE(T(ptr(0), span(rows, stride, hd)), r, nn.RoPESpec{Rows: rows, PerPos: perPos, Stride: stride, Pos0: pos0})
 	case "attention":
 		nt, heads, kvh, hd, vd, qs, kw, vw, pos, win, scale := u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), fl(10)
-		if int(grid[0]) != nt*heads {
-			f.t.Fatalf("attention grid %v for %d tokens of %d heads", grid, nt, heads)
+		ns, keys := max(u(11), 1), u(12)
+		if int(grid[0]) != nt*heads*ns {
+			f.t.Fatalf("attention grid %v for %d tokens of %d heads in %d runs", grid, nt, heads, ns)
 		}
+		if last := min(pos+nt, max(win, 0)); ns > 1 && (win == 0 && keys*ns < pos+nt || win > 0 && keys*ns < last) {
+			f.t.Fatalf("attention: %d runs of %d keys for %d positions", ns, keys, pos+nt)
+		}
+		// Split or not, the fake writes the whole result to o
+		// (attention_merge is then a no-op): the runs' arithmetic is
+		// the real kernels' concern (cpurun, the GPU tests).
 		rows := pos
 		if win > 0 {
 			rows = min(pos, win)
@@ -381,10 +435,14 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		d := nn.AttnDims{Heads: heads, KVHeads: kvh, HeadDim: hd, QStride: qs, VDim: vd, Scale: scale}
 		nn.AttendRows(view(ptr(0), nt*heads*vd), view(ptr(1), nt*heads*qs), view(ptr(2), nt*kw), view(ptr(3), nt*vw),
 			view(ptr(4), rows*kw), view(ptr(5), rows*vw), pos, nt, win, kw, vw, d)
+	case "attention_merge":
+		if int(grid[0]) != u(0) || u(2) < 2 {
+			f.t.Fatalf("attention_merge grid %v for %d rows of %d runs", grid, u(0), u(2))
+		}
 	case "deltanet_conv":
 		f.conv = append([]byte(nil), p...) // run with deltanet_rec
 	case "deltanet_qknorm":
-	case "deltanet_rec":
+	case "deltanet_rec", "deltanet_rec_reg":
 		cp := func(i int) devptr { return binary.LittleEndian.Uint64(f.conv[8*i:]) }
 		cu := func(j int) int { return int(binary.LittleEndian.Uint32(f.conv[32+4*j:])) }
 		nt, C, nk, nv, dk, dv, eps := u(0), u(1), u(2), u(3), u(4), u(5), fl(6)

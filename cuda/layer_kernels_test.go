@@ -190,9 +190,14 @@ func TestLayerKernelsCPU(t *testing.T) {
 			Q, K, V := rnd(r, c.T*c.heads*c.qstride, 1), rnd(r, c.T*kw, 1), rnd(r, c.T*vw, 1)
 			want := make([]float32, c.T*c.heads*c.vd)
 			kv.Attend(want, Q, K, V, c.T, d2)
-			po := d.put(make([]float32, len(want)))
-			must(b.kAttention(po, d.put(Q), d.put(K), d.put(V), d.put(kc), d.put(vc), c.pre, c.T, c.window, kw, vw, d2))
-			near(t, fmt.Sprintf("%+v", c), d.get(po, len(want)), want, 2e-5)
+			// Whole, and split into runs (some empty for the chunk's
+			// first tokens, the last shorter), merged by attention_merge.
+			for _, ns := range []int{1, 3, 8} {
+				po := d.put(make([]float32, len(want)))
+				part := d.put(make([]float32, attnPartFloats(c.T, c.heads, c.vd, ns)))
+				must(b.kAttention(po, d.put(Q), d.put(K), d.put(V), d.put(kc), d.put(vc), part, c.pre, c.T, c.window, kw, vw, ns, d2))
+				near(t, fmt.Sprintf("%+v nsplit %d", c, ns), d.get(po, len(want)), want, 2e-5)
+			}
 		}
 	})
 
@@ -390,10 +395,10 @@ func TestLayerKernelsExtents(t *testing.T) {
 		"norm past 2^31":   b.kRMSNorm(1, 1, 1, nn.NormSpec{Rows: 1 << 20, Width: 1 << 12}),
 		"rope half<pairs":  b.kRoPE(1, 1, 8, 4, false, nn.RoPESpec{Rows: 1, PerPos: 1, Stride: 16}),
 		"rope perpos 0":    b.kRoPE(1, 1, 8, 8, false, nn.RoPESpec{Rows: 1, Stride: 16}),
-		"attn head dim":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 2*1024, 2*1024, nn.AttnDims{Heads: 2, KVHeads: 2, HeadDim: 1024, QStride: 1024}),
-		"attn gqa":         b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 192, 192, nn.AttnDims{Heads: 4, KVHeads: 3, HeadDim: 64, QStride: 64}),
-		"attn kwidth":      b.kAttention(1, 1, 1, 1, 1, 1, 0, 1, 0, 64, 128, ad),
-		"attn past 2^31":   b.kAttention(1, 1, 1, 1, 1, 1, 1<<30, 1, 0, 128, 128, ad),
+		"attn head dim":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 2*1024, 2*1024, 1, nn.AttnDims{Heads: 2, KVHeads: 2, HeadDim: 1024, QStride: 1024}),
+		"attn gqa":         b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 192, 192, 1, nn.AttnDims{Heads: 4, KVHeads: 3, HeadDim: 64, QStride: 64}),
+		"attn kwidth":      b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 64, 128, 1, ad),
+		"attn past 2^31":   b.kAttention(1, 1, 1, 1, 1, 1, 0, 1<<30, 1, 0, 128, 128, 1, ad),
 		"deltanet dk":      b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 1, Nv: 1, Dk: 512, Dv: 16, K: 4}),
 		"deltanet K":       b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 1, Nv: 1, Dk: 16, Dv: 16, K: 17}),
 		"deltanet nv%nk":   b.kDeltaNet(&deltaNetPtrs{T: 1, Nk: 2, Nv: 3, Dk: 16, Dv: 16, K: 4}),
@@ -414,7 +419,7 @@ func TestLayerKernelsExtents(t *testing.T) {
 	}
 	for what, err := range map[string]error{
 		"norm rows 0": b.kRMSNorm(1, 1, 1, nn.NormSpec{Width: 8}),
-		"attn T 0":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 0, 128, 128, ad),
+		"attn T 0":    b.kAttention(1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 128, 128, 1, ad),
 		"scale 0":     b.kScale(1, 2, 0),
 		"route T 0":   b.kRouteTopK(1, 1, 1, 0, 8, 2, false),
 	} {

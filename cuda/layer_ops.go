@@ -215,7 +215,20 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	if !l.kernels || !l.kernel("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, kv.n, T, kv.window, kv.kw, kv.vw, d)) {
+	maxKeys := kv.n + T
+	if kv.window > 0 {
+		maxKeys = min(maxKeys, kv.window)
+	}
+	nsplit := attnSplits(T, d.Heads, maxKeys)
+	var part devptr
+	if l.kernels && nsplit > 1 {
+		var err error
+		if part, err = l.scratch(4 * attnPartFloats(T, d.Heads, vd, nsplit)); err != nil {
+			l.fail("Attention", err)
+			return
+		}
+	}
+	if !l.kernels || !l.kernel("Attention", l.b.kAttention(op, qp, kp, vp, kv.k, kv.v, part, kv.n, T, kv.window, kv.kw, kv.vw, nsplit, d)) {
 		l.attendHost(kv, O, Q, K, V, T, d)
 	}
 	if l.err != nil {

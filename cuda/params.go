@@ -27,7 +27,8 @@ func (p params) f32(v float32) params {
 
 // Sizes of the parameter structs (the static_asserts in kernels/*.cu).
 const (
-	sizeQGemv   = 64
-	sizeRowNorm = 40
-	sizeElem    = 32
+	sizeQGemv    = 64
+	sizeQGemvSet = 184
+	sizeRowNorm  = 40
+	sizeElem     = 32
 )

@@ -34,8 +34,11 @@ import (
 // graph functions switches graphs off for the device (logged) and submits
 // the queue op by op: no work is lost. QPACK_CUDA_GRAPHS=0 turns them off.
 
-// graphMinOps is the shortest queue worth a graph.
-const graphMinOps = 16
+// graphMinOps is the shortest queue worth a graph: four launches op by op
+// cost the host about as much as a graph launch. (It was 16, until the
+// fused ops of layer_fused.go left a decode step's layers 10-14 ops each,
+// which then went op by op: slower than before the fusion.)
+const graphMinOps = 4
 
 // maxGraphs is how many captured graphs a recorder keeps (the most
 // recently used); maxSeen how many shapes of queues submitted op by op it

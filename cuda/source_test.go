@@ -13,8 +13,8 @@ import (
 // checks against must be the ones the kernel source asserts.
 func TestParamStructSizes(t *testing.T) {
 	src := Source()
-	for name, size := range map[string]int{"QGemv": sizeQGemv, "RowNorm": sizeRowNorm, "Elem": sizeElem,
-		"NormRows": sizeNormRows, "RoPEParams": sizeRoPE, "AttnParams": sizeAttn, "DNConv": sizeDNConv,
+	for name, size := range map[string]int{"QGemv": sizeQGemv, "QGemvSet": sizeQGemvSet, "AddNormRows": sizeAddNormRows, "RowNorm": sizeRowNorm, "Elem": sizeElem,
+		"NormRows": sizeNormRows, "RoPEParams": sizeRoPE, "AttnParams": sizeAttn, "AttnMerge": sizeAttnMerge, "DNConv": sizeDNConv,
 		"DNNorm": sizeDNNorm, "DNRec": sizeDNRec, "Unary": sizeUnary, "Binary": sizeBinary,
 		"SigmoidMulParams": sizeSigmoidMul, "AddGatedParams": sizeAddGated, "CombineParams": sizeCombine,
 		"GatherParams": sizeGather, "RowsParams": sizeRows, "RouteParams": sizeRoute, "MoEParams": sizeMoE} {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
@@ -13,6 +14,11 @@ import (
 // source) and encodes the kernel. Each returns false, encoding nothing,
 // when the call is outside the kernel's limits; the op then runs on the
 // CPU. The caller holds d.mu.
+
+// attnBusyGroups is the number of attention groups below which a long
+// context is split over several groups per head (gpukernels.AttnSplits):
+// Apple GPUs have 8 to 80 cores.
+const attnBusyGroups = 64
 
 // Limits of the bodies (their QK_* constants; TestSharedLimits checks them
 // against the source).
@@ -91,6 +97,25 @@ func (d *Device) kNorm(y, x, w nn.Tensor, s nn.NormSpec, xs, ys int) bool {
 	p := d.b.params("rms_norm_rows").u32("rows", s.Rows).u32("width", s.Width).u32("xstride", xs).
 		u32("ystride", ys).f32("eps", s.Eps).u32("kind", int(s.Kind))
 	d.entry("rms_norm_rows", s.Rows, 1, p, ptrIn("x", x), wp, ptrOut("y", y))
+	return true
+}
+
+// kAddNorm encodes add_rms_norm_rows: x += r over s.Rows contiguous rows,
+// then y (rows at ys) = the norm of the sum (every NormKind; y overlaps
+// neither x nor r).
+func (d *Device) kAddNorm(x, r, y, w nn.Tensor, s nn.NormSpec, ys int) bool {
+	if !d.has("add_rms_norm_rows") || !fits(int64(s.Rows), int64(ys), int64(s.Rows)*int64(s.Width), span64(s.Rows, ys, s.Width)) ||
+		s.Kind < nn.NormWeight || s.Kind > nn.NormUnit {
+		return false
+	}
+	wp := null("w")
+	if s.Kind != nn.NormUnit {
+		need("AddRMSNorm w", w, s.Width)
+		wp = ptrIn("w", w)
+	}
+	p := d.b.params("add_rms_norm_rows").u32("rows", s.Rows).u32("width", s.Width).u32("ystride", ys).
+		f32("eps", s.Eps).u32("kind", int(s.Kind))
+	d.entry("add_rms_norm_rows", s.Rows, 1, p, ptrOut("x", x), ptrIn("res", r), wp, ptrOut("y", y))
 	return true
 }
 
@@ -183,11 +208,36 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 			return true
 		}
 	}
+	// A long context with few groups: the keys in runs, merged after
+	// (gpukernels.AttnSplits).
+	maxKeys := pos + T
+	if W > 0 {
+		maxKeys = min(maxKeys, W)
+	}
+	nsplit := 1
+	if d.has("attention_merge") {
+		nsplit = gpukernels.AttnSplits(T, dm.Heads, maxKeys, attnBusyGroups)
+	}
 	p := d.b.params("attention").u32("T", T).u32("heads", dm.Heads).u32("kvheads", dm.KVHeads).u32("hd", dm.HeadDim).
 		u32("vd", vd).u32("qstride", dm.QStride).u32("kwidth", c.kW).u32("vwidth", c.vW).u32("pos", pos).
 		u32("window", W).f32("scale", dm.Scale)
-	d.entry("attention", T*dm.Heads, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
-		ptrIn("kc", c.k), ptrIn("vc", c.v))
+	if nsplit == 1 {
+		d.entry("attention", T*dm.Heads, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
+			ptrIn("kc", c.k), ptrIn("vc", c.v), null("part"))
+	} else {
+		n := T * dm.Heads * nsplit * (vd + 2)
+		buf, off, err := d.take(4 * n)
+		if err != nil {
+			d.fail(err)
+			return true
+		}
+		part := nn.Tensor{Buf: buf, Off: off / 4, N: n}
+		p.u32("nsplit", nsplit).u32("keys", ceilDiv(maxKeys, nsplit))
+		d.entry("attention", T*dm.Heads*nsplit, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
+			ptrIn("kc", c.k), ptrIn("vc", c.v), ptrOut("part", part))
+		pm := d.b.params("attention_merge").u32("rows", T*dm.Heads).u32("vd", vd).u32("nsplit", nsplit)
+		d.entry("attention_merge", T*dm.Heads, 1, pm, ptrOut("o", O), ptrIn("part", part))
+	}
 	// The chunk's rows into the cache, after the kernel read it.
 	store := func(slot, from, n int) {
 		d.copyKernel(c.k.Slice(slot*c.kW, (slot+n)*c.kW), K.Slice(from*c.kW, (from+n)*c.kW))
@@ -240,9 +290,15 @@ func (d *Device) kDeltaNet(st *tensorState, a *nn.DeltaNetArgs) bool {
 	qScale := float32(1 / math.Sqrt(float64(a.Dk))) // as nn.DeltaNetHost
 	p = d.b.params("deltanet_qknorm").u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("dk", a.Dk).f32("qscale", qScale)
 	d.entry("deltanet_qknorm", a.T*2*a.Nk, 1, p, ptrOut("x", cv))
-	p = d.b.params("deltanet_rec").u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("nv", a.Nv).u32("dk", a.Dk).
+	// Head dims up to 128 (the real models'): the state in registers
+	// across the chunk (deltanet_rec_reg, the same bits).
+	rec := "deltanet_rec"
+	if a.Dk <= 128 && a.Dv <= 128 && d.has("deltanet_rec_reg") {
+		rec = "deltanet_rec_reg"
+	}
+	p = d.b.params(rec).u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("nv", a.Nv).u32("dk", a.Dk).
 		u32("dv", a.Dv).f32("eps", a.Eps)
-	d.entry("deltanet_rec", a.Nv, 1, p, ptrOut("state", st.t[1]), ptrOut("y", a.Y), ptrIn("cv", cv), ptrIn("z", a.Z),
+	d.entry(rec, a.Nv, 1, p, ptrOut("state", st.t[1]), ptrOut("y", a.Y), ptrIn("cv", cv), ptrIn("z", a.Z),
 		ptrIn("b", a.B), ptrIn("a", a.A), ptrIn("nega", a.NegA), ptrIn("dtbias", a.DtBias), ptrIn("norm", a.Norm))
 	return true
 }

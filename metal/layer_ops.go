@@ -103,6 +103,34 @@ func (d *Device) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	}
 }
 
+var _ nn.ResidualNormer = (*Device)(nil)
+
+// AddRMSNorm implements nn.ResidualNormer (add_rms_norm_rows: one kernel
+// instead of add and rms_norm_rows, the same bits).
+func (d *Device) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
+	if s.Rows < 1 || s.Width < 1 {
+		return
+	}
+	if s.XStride != 0 && s.XStride != s.Width {
+		panic(fmt.Sprintf("metal: AddRMSNorm: x stride %d, want its rows contiguous (width %d)", s.XStride, s.Width))
+	}
+	ys := s.YStride
+	if ys == 0 {
+		ys = s.Width
+	}
+	n := s.Rows * s.Width
+	need("AddRMSNorm x", x, n)
+	need("AddRMSNorm r", r, n)
+	need("AddRMSNorm y", y, (s.Rows-1)*ys+s.Width)
+	d.mu.Lock()
+	done := d.kAddNorm(x, r, y, w, s, ys)
+	d.mu.Unlock()
+	if !done {
+		d.Add(x, r, n)
+		d.RMSNorm(y, x, w, s)
+	}
+}
+
 // unary encodes scale or softcap.
 func (d *Device) unary(kernel string, x nn.Tensor, c float32, n int) {
 	p := d.b.params(kernel).u32("n", n).f32("c", c)

@@ -160,6 +160,80 @@ QP_KERNEL gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
 
 QP_KERNEL gemv_q8(QGemv p) { qp_gemv_q<8>(p); }
 
+// Up to QP_GSET products of one input in one launch (nn.MatMuls: the
+// attention's q, k and v, the DeltaNet's input projections, a router and
+// its shared expert's gate), of matrices of one width and format: product
+// k's rows are the row blocks first[k] .. first[k+1]-1 of the grid, each
+// computed as gemv_q computes it (the same bits). At decode each of these
+// products is a few microseconds of launch for under one of work, so one
+// launch instead of up to four is what saves time.
+#define QP_GSET 4
+struct QGemvSet {
+    const uchar* w[QP_GSET];
+    const uchar* s[QP_GSET];
+    const uchar* b[QP_GSET];
+    float* y[QP_GSET];
+    const float* x; // [n][cols]
+    uint rows[QP_GSET];
+    uint first[QP_GSET]; // first row block of each product; first[0] = 0
+    uint count;          // products, 1 .. QP_GSET
+    uint cols;
+    uint group;
+    uint stype;
+};
+QP_STATIC_ASSERT(sizeof(QGemvSet) == 184, "QGemvSet layout");
+
+template <int BITS>
+QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
+    uint bx = QP_GROUP_X;
+    // The product of this group: the last k with first[k] <= bx, its
+    // fields read with constant indices (the parameter block's arrays are
+    // not indexed at run time).
+    uint k = 0;
+    QP_UNROLL
+    for (uint j = 1; j < QP_GSET; j++) {
+        if (j < p.count && bx >= p.first[j]) {
+            k = j;
+        }
+    }
+    const uchar* w = p.w[0];
+    const uchar* s = p.s[0];
+    const uchar* b = p.b[0];
+    float* y = p.y[0];
+    uint rows = p.rows[0];
+    uint first = 0;
+    QP_UNROLL
+    for (uint j = 1; j < QP_GSET; j++) {
+        if (j == k) {
+            w = p.w[j];
+            s = p.s[j];
+            b = p.b[j];
+            y = p.y[j];
+            rows = p.rows[j];
+            first = p.first[j];
+        }
+    }
+    uint row0 = ((bx - first) * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
+    if (row0 >= rows) {
+        return; // uniform per simdgroup
+    }
+    uint lane = QP_LANE;
+    ulong v = QP_GROUP_Y;
+    float acc[QP_QROWS];
+    qp_rows_q<BITS>(w, s, b, rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, lane, acc);
+    QP_UNROLL
+    for (uint j = 0; j < QP_QROWS; j++) {
+        float t = qp_simd_sum(acc[j]);
+        if (lane == 0 && row0 + j < rows) {
+            y[v * rows + row0 + j] = t;
+        }
+    }
+}
+
+QP_KERNEL gemv_q4_set(QGemvSet p) { qp_gemv_set<4>(p); }
+
+QP_KERNEL gemv_q8_set(QGemvSet p) { qp_gemv_set<8>(p); }
+
 // The partial sum of one lane for row `row` of a matrix of any width from 2
 // to 8 bits (used for 2, 3, 5 and 6): a row is one little-endian bit
 // stream, element i at bits [i*bits, (i+1)*bits). Eight consecutive

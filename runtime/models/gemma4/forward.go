@@ -72,11 +72,11 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 		norm(xn, x, ly.inNorm, T)
 		m.attention(b, kv, pos, ly, xn, mix, T)
 		norm(xe, mix, ly.postAttnNorm, T)
-		dev.Add(x, xe, T*H)
-
-		// Route on the post-attention residual, then read the experts
-		// while the dense MLP computes.
-		m.routerLogits(b, ly, x, xn, R, T)
+		// Route on the post-attention residual (its norm fused with the
+		// residual add where the device can: routerLogits' norm), then
+		// read the experts while the dense MLP computes.
+		nn.AddRMSNorm(dev, x, xe, xn, b.V(ly.routerScale), nn.NormSpec{Rows: T, Width: H, Eps: m.eps})
+		dev.MatMul(b.M(&ly.router), R, xn, T)
 		dense := func() {
 			norm(xn, x, ly.preFF, T)
 			ly.mlp.Forward(b, xn, mix, T)
@@ -149,12 +149,11 @@ func (m *graph) attention(b *nn.Binding, kv nn.KVState, pos int, ly *layer, xn, 
 	Q := dev.Temp(T * qw)
 	K := dev.Temp(T * kvw)
 	V := dev.Temp(T * kvw)
-	dev.MatMul(b.M(&ly.q), Q, xn, T)
-	dev.MatMul(b.M(&ly.k), K, xn, T)
 	if ly.kEqV {
+		nn.MatMuls(dev, xn, T, nn.Product{W: b.M(&ly.q), Y: Q}, nn.Product{W: b.M(&ly.k), Y: K})
 		dev.Copy(V, K) // the raw keys, before k_norm and RoPE
 	} else {
-		dev.MatMul(b.M(&ly.v), V, xn, T)
+		nn.MatMuls(dev, xn, T, nn.Product{W: b.M(&ly.q), Y: Q}, nn.Product{W: b.M(&ly.k), Y: K}, nn.Product{W: b.M(&ly.v), Y: V})
 	}
 	dev.RMSNorm(Q, Q, b.V(ly.qNorm), nn.NormSpec{Rows: T * Nh, Width: hd, Eps: m.eps, XStride: hd, YStride: hd})
 	dev.RoPE(Q, ly.rope, nn.RoPESpec{Rows: T * Nh, PerPos: Nh, Stride: hd, Pos0: pos})

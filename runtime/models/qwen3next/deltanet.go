@@ -20,18 +20,15 @@ func (m *graph) deltaNet(b *nn.Binding, st nn.TensorState, d *deltaNet, xn, out 
 		ix := m.gathers(b, d)
 		W := len(d.perm)
 		P := dev.Temp(T * W)
-		dev.MatMul(b.M(&d.qkvz), P, xn, T)
+		BA := dev.Temp(T * 2 * Nv)
+		nn.MatMuls(dev, xn, T, nn.Product{W: b.M(&d.qkvz), Y: P}, nn.Product{W: b.M(&d.ba), Y: BA})
 		dev.Gather(mixed, P, ix.mixed, T, W)
 		dev.Gather(z, P, ix.z, T, W)
-		BA := dev.Temp(T * 2 * Nv)
-		dev.MatMul(b.M(&d.ba), BA, xn, T)
 		dev.Gather(bb, BA, ix.b, T, 2*Nv)
 		dev.Gather(aa, BA, ix.a, T, 2*Nv)
 	} else {
-		dev.MatMul(b.M(&d.qkv), mixed, xn, T)
-		dev.MatMul(b.M(&d.z), z, xn, T)
-		dev.MatMul(b.M(&d.b), bb, xn, T)
-		dev.MatMul(b.M(&d.a), aa, xn, T)
+		nn.MatMuls(dev, xn, T, nn.Product{W: b.M(&d.qkv), Y: mixed}, nn.Product{W: b.M(&d.z), Y: z},
+			nn.Product{W: b.M(&d.b), Y: bb}, nn.Product{W: b.M(&d.a), Y: aa})
 	}
 	Y := dev.Temp(T * Vd)
 	dev.DeltaNet(st, &nn.DeltaNetArgs{

@@ -40,9 +40,19 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	norm := func(y, x nn.Tensor, w []float32, rows int) {
 		dev.RMSNorm(y, x, b.V(w), nn.NormSpec{Rows: rows, Width: H, Eps: m.eps})
 	}
+	// addNorm adds the mixer's or the MoE's output into the residual
+	// stream and normalises the sum for what reads it next, as one op where
+	// the device fuses them (nn.AddRMSNorm).
+	addNorm := func(w []float32) {
+		nn.AddRMSNorm(dev, x, mix, xn, b.V(w), nn.NormSpec{Rows: T, Width: H, Eps: m.eps})
+	}
 	var hook []float32
+	if len(m.layers) > 0 {
+		norm(xn, x, m.layers[0].inNorm, T)
+	}
+	last := len(m.layers) - 1
 	for l, ly := range m.layers {
-		norm(xn, x, ly.inNorm, T)
+		// xn is input_layernorm(x) here.
 		if spec != nil && ly.moe != nil && !nn.RoutesOnDevice(dev, env.Experts, l, c.Experts) {
 			if err := m.speculate(b, spec, l, ly, x, T); err != nil {
 				return nil, err
@@ -61,8 +71,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 			}
 			m.deltaNet(b, ts, ly.lin, xn, mix, T)
 		}
-		dev.Add(x, mix, T*H)
-		norm(xn, x, ly.postNorm, T)
+		addNorm(ly.postNorm)
 		if ly.moe != nil {
 			if err := m.moe(b, moe, l, ly.moe, xn, mix, T); err != nil {
 				return nil, err
@@ -70,7 +79,14 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 		} else {
 			ly.mlp.Forward(b, xn, mix, T)
 		}
-		dev.Add(x, mix, T*H)
+		switch {
+		case l < last:
+			addNorm(m.layers[l+1].inNorm)
+		case opt.NoLogits:
+			dev.Add(x, mix, T*H)
+		default: // xn: the final norm of every row
+			addNorm(m.norm)
+		}
 		if err := b.Err(); err != nil {
 			return nil, err
 		}
@@ -88,12 +104,13 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	if opt.NoLogits {
 		return nil, nil
 	}
-	rows, n := x, T
-	if !opt.AllLogits {
-		rows, n = x.Slice((T-1)*H, T*H), 1
+	normed, n := xn, T
+	if len(m.layers) == 0 {
+		norm(xn, x, m.norm, T)
 	}
-	normed := xn.Slice(0, n*H)
-	norm(normed, rows, m.norm, n)
+	if !opt.AllLogits {
+		normed, n = xn.Slice((T-1)*H, T*H), 1
+	}
 	out := dev.Temp(n * c.Vocab)
 	dev.MatMul(b.M(&m.head), out, normed, n)
 	logits = make([]float32, n*c.Vocab)
@@ -117,9 +134,7 @@ func (m *graph) attention(b *nn.Binding, kv nn.KVState, pos int, a *attention, x
 	Q := dev.Temp(T * qw)
 	K := dev.Temp(T * kvw)
 	V := dev.Temp(T * kvw)
-	dev.MatMul(b.M(&a.q), Q, xn, T)
-	dev.MatMul(b.M(&a.k), K, xn, T)
-	dev.MatMul(b.M(&a.v), V, xn, T)
+	nn.MatMuls(dev, xn, T, nn.Product{W: b.M(&a.q), Y: Q}, nn.Product{W: b.M(&a.k), Y: K}, nn.Product{W: b.M(&a.v), Y: V})
 	dev.RMSNorm(Q, Q, b.V(a.qNorm), nn.NormSpec{Rows: T * Nh, Width: hd, XStride: qStep, YStride: qStep, Eps: m.eps})
 	dev.RoPE(Q, m.rope, nn.RoPESpec{Rows: T * Nh, PerPos: Nh, Stride: qStep, Pos0: pos})
 	dev.RMSNorm(K, K, b.V(a.kNorm), nn.NormSpec{Rows: T * Nkv, Width: hd, Eps: m.eps})
@@ -141,14 +156,16 @@ func (m *graph) moe(b *nn.Binding, d *nn.MoE, l int, mb *moeBlock, xn, out nn.Te
 	dev := b.Dev
 	E, H := c.Experts, c.Hidden
 	R := dev.Temp(T * E)
-	dev.MatMul(b.M(&mb.router), R, xn, T)
 	spec := nn.RoutedSpec{Src: d.Experts, Layer: l, Logits: R, X: xn, Out: out, T: T, E: E, H: H, K: c.TopK,
 		Norm: c.NormTopK, Act: d.Act}
+	router := nn.Product{W: b.M(&mb.router), Y: R}
 	if sm := mb.shared; sm != nil {
 		sg := dev.Temp(T)
-		dev.MatMul(b.M(&mb.sharedGate), sg, xn, T)
+		nn.MatMuls(dev, xn, T, router, nn.Product{W: b.M(&mb.sharedGate), Y: sg})
 		spec.Shared = &nn.ExpertMats{Gate: b.M(&sm.Gate), Up: b.M(&sm.Up), Down: b.M(&sm.Down)}
 		spec.SharedGate = sg
+	} else {
+		dev.MatMul(router.W, R, xn, T)
 	}
 	return d.Routed(spec, nil)
 }

@@ -33,6 +33,30 @@ var mutants = map[string]mutant{
 	"combine-adds":       {func() nn.Device { return combineAdds{} }, "Combine"},
 	"matmul-noise":       {func() nn.Device { return &noisy{} }, "Determinism"},
 	"gather-rows-off":    {func() nn.Device { return rowsOff{} }, "GatherScatterRows"},
+	"addnorm-before-add": {func() nn.Device { return normFirst{} }, "AddRMSNorm"},
+	"matmuls-drop-last":  {func() nn.Device { return dropLast{} }, "MatMuls"},
+}
+
+// normFirst implements nn.ResidualNormer wrongly: the norm of x before the
+// add.
+type normFirst struct{ nn.HostDevice }
+
+func (d normFirst) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
+	d.HostDevice.RMSNorm(y, x, w, s)
+	d.HostDevice.Add(x, r, s.Rows*s.Width)
+}
+
+// dropLast implements nn.SharedMatMuler and forgets its last product when
+// it has several.
+type dropLast struct{ nn.HostDevice }
+
+func (d dropLast) MatMuls(x nn.Tensor, n int, ps []nn.Product) {
+	if len(ps) > 1 {
+		ps = ps[:len(ps)-1]
+	}
+	for _, p := range ps {
+		d.HostDevice.MatMul(p.W, p.Y, x, n)
+	}
 }
 
 func TestSuiteCatchesBugs(t *testing.T) {

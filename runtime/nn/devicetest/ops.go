@@ -28,6 +28,8 @@ func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	run("Temp", testTemp)
 	run("MatMul", testMatMul)
 	run("RMSNorm", testRMSNorm)
+	run("AddRMSNorm", testAddRMSNorm)
+	run("MatMuls", testMatMuls)
 	run("RoPE", testRoPE)
 	run("Attention", testAttention)
 	run("KVState", testKVState)

@@ -93,6 +93,12 @@ var attnCases = []attnCase{
 	{"window6-decode", nn.AttnDims{Heads: 4, KVHeads: 1, HeadDim: 8, QStride: 8, VDim: 12, Scale: 0.35}, 6, []int{2, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
 	{"window9-mixed", nn.AttnDims{Heads: 6, KVHeads: 3, HeadDim: 10, QStride: 13, Scale: 0.3}, 9, []int{4, 8, 1, 9, 2}},
 	{"window32-longer-than-context", nn.AttnDims{Heads: 2, KVHeads: 1, HeadDim: 16, QStride: 16, Scale: 0.25}, 32, []int{7, 1, 8}},
+	// Decode past 128 keys, where a GPU splits each head's keys over
+	// several groups (flash-decoding: the CUDA and Metal backends), the
+	// chunk of two with runs of unequal length. (Small, because the Metal
+	// shim runs it in minutes otherwise; windows and empty runs are the
+	// kernels' own tests'.)
+	{"full-split-decode", nn.AttnDims{Heads: 1, KVHeads: 1, HeadDim: 16, QStride: 16, VDim: 12, Scale: 0.25}, 0, []int{128, 1, 2}},
 }
 
 // attnChunk queues one chunk of random Q, K, V on kv and checks O against

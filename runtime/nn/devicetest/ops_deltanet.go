@@ -161,7 +161,9 @@ func dnResident(t *testing.T, dev nn.Device, s *dnShape) dnWeights {
 // state; several shapes (GQA-like value heads per key head, K = 2 and 4).
 func testDeltaNet(t *testing.T, dev nn.Device, tol Tolerances) {
 	r := rng(8)
-	for _, sh := range [][5]int{{2, 4, 8, 5, 4}, {1, 1, 16, 16, 2}, {2, 6, 12, 7, 4}} {
+	// The last two: the real models' head dims (128), and dims past them
+	// (a GPU may keep the state in registers up to 128).
+	for _, sh := range [][5]int{{2, 4, 8, 5, 4}, {1, 1, 16, 16, 2}, {2, 6, 12, 7, 4}, {1, 2, 128, 128, 4}, {1, 1, 136, 130, 4}} {
 		s := newDNShape(r, sh[0], sh[1], sh[2], sh[3], sh[4])
 		w := dnResident(t, dev, s)
 		const T = 9

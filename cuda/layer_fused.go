@@ -1,0 +1,218 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// The fused ops of nn/fused.go on the Layer: at decode a layer's products
+// and norms are a few microseconds of launch each for less than one of
+// work (bench/gpu's kernel profile), so fewer launches is what a decode
+// step gains from.
+
+var (
+	_ nn.ResidualNormer = (*Layer)(nil)
+	_ nn.SharedMatMuler = (*Layer)(nil)
+)
+
+// sizeAddNormRows is the size of AddNormRows (internal/gpukernels/10_norm.qk).
+const sizeAddNormRows = 56
+
+// gemvSetMax is QP_GSET: products per gemv_*_set launch.
+const gemvSetMax = 4
+
+// AddRMSNorm implements nn.ResidualNormer with add_rms_norm_rows: the add
+// and the norm in one launch, their bits those of Add then RMSNorm.
+func (l *Layer) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
+	if s.XStride != 0 && s.XStride != s.Width {
+		panic(fmt.Sprintf("cuda: AddRMSNorm: x stride %d, want its rows contiguous (width %d)", s.XStride, s.Width))
+	}
+	ok := l.lock()
+	if ok && l.kernels {
+		n := s.Rows * s.Width
+		ys := s.YStride
+		if ys == 0 {
+			ys = s.Width
+		}
+		xp, rp, yp := addr(x, n), addr(r, n), addr(y, int(span(s.Rows, ys, s.Width)))
+		var wp devptr
+		if s.Kind != nn.NormUnit {
+			wp = addr(w, s.Width)
+		}
+		done := l.kernel("AddRMSNorm", l.b.kAddRMSNorm(xp, rp, yp, wp, s))
+		l.unlock()
+		if done {
+			return
+		}
+	} else {
+		l.unlock()
+		if !ok {
+			return
+		}
+	}
+	l.Add(x, r, s.Rows*s.Width)
+	l.RMSNorm(y, x, w, s)
+}
+
+// kAddRMSNorm queues add_rms_norm_rows: x += r over s.Rows contiguous rows
+// of s.Width, then y (rows at s.YStride, 0: Width) = the norm of the sum.
+func (b *Backend) kAddRMSNorm(x, r, y, w devptr, s nn.NormSpec) error {
+	ys := s.YStride
+	if ys == 0 {
+		ys = s.Width
+	}
+	if s.Rows == 0 {
+		return nil
+	}
+	if s.Width < 1 || ys < s.Width || s.Kind < nn.NormWeight || s.Kind > nn.NormUnit {
+		return fmt.Errorf("cuda: kernel add_rms_norm_rows: width %d, y stride %d, kind %d", s.Width, ys, s.Kind)
+	}
+	if err := checkExt("add_rms_norm_rows", int64(s.Rows), int64(ys), int64(s.Rows)*int64(s.Width), span(s.Rows, ys, s.Width)); err != nil {
+		return err
+	}
+	p := params(make([]byte, 0, sizeAddNormRows)).ptr(x).ptr(r).ptr(w).ptr(y).
+		u32(s.Rows).u32(s.Width).u32(ys).f32(s.Eps).u32(int(s.Kind)).u32(0)
+	return b.launch("add_rms_norm_rows", [3]int{s.Rows, 1, 1}, tgThreads, p, sizeAddNormRows)
+}
+
+// MatMuls implements nn.SharedMatMuler: products of the same width and
+// 4- or 8-bit format that the gemv kernels would compute (not a batched
+// gemm) go up to four to a gemv_*_set launch; the others are MatMul's.
+func (l *Layer) MatMuls(x nn.Tensor, n int, ps []nn.Product) {
+	if n <= 0 || len(ps) == 0 {
+		return
+	}
+	rest := ps
+	if n <= maxGridY {
+		rest = l.matMulSets(x, n, ps)
+	}
+	for _, p := range rest {
+		l.MatMul(p.W, p.Y, x, n)
+	}
+}
+
+// setKey is what products must share to go into one gemv_*_set launch.
+type setKey struct {
+	kernel             string
+	cols, group, stype int
+}
+
+// matMulSets queues the products of ps that share a launch with another
+// and returns the rest, for MatMul.
+func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
+	type member struct {
+		d *devMat
+		p nn.Product
+	}
+	var order []setKey
+	sets := map[setKey][]member{}
+	var rest []nn.Product
+	for _, p := range ps {
+		d, ok := p.W.Dev.(*devMat)
+		m := p.W.W
+		if !ok || (d.kernel != "gemv_q4" && d.kernel != "gemv_q8") || useGemm(m, n) {
+			rest = append(rest, p)
+			continue
+		}
+		k := setKey{d.kernel + "_set", m.Cols, m.GroupSize, int(m.Type)}
+		if _, seen := sets[k]; !seen {
+			order = append(order, k)
+		}
+		sets[k] = append(sets[k], member{d, p})
+	}
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return nil // the error is kept; MatMul would skip them too
+	}
+	for _, k := range order {
+		ms := sets[k]
+		if len(ms) == 1 {
+			rest = append(rest, ms[0].p)
+			continue
+		}
+		xp := addr(x, n*k.cols)
+		if xp%16 != 0 { // MatMul copies x to an aligned place first
+			for _, m := range ms {
+				rest = append(rest, m.p)
+			}
+			continue
+		}
+		for i := 0; i < len(ms); i += gemvSetMax {
+			part := ms[i:min(i+gemvSetMax, len(ms))]
+			if len(part) == 1 {
+				rest = append(rest, part[0].p)
+				continue
+			}
+			var set gemvSet
+			for _, m := range part {
+				set.add(m.d, addr(m.p.Y, n*m.p.W.W.Rows), m.p.W.W)
+			}
+			if err := l.b.gemvSet(k, set, xp, n); err != nil {
+				l.fail("MatMuls", err)
+				return nil
+			}
+		}
+	}
+	return rest
+}
+
+// gemvSet is one gemv_*_set launch's products.
+type gemvSet struct {
+	d    []*devMat
+	y    []devptr
+	rows []int
+}
+
+func (s *gemvSet) add(d *devMat, y devptr, m mlxq.Matrix) {
+	s.d, s.y, s.rows = append(s.d, d), append(s.y, y), append(s.rows, m.Rows)
+}
+
+// gemvSet queues one gemv_*_set launch of up to gemvSetMax products of x
+// (n vectors, n ≤ maxGridY).
+func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
+	if len(s.d) < 1 || len(s.d) > gemvSetMax || n < 1 || n > maxGridY {
+		return fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, len(s.d), n)
+	}
+	per := rowsPerTG * qRows // rows per group of threads
+	p := params(make([]byte, 0, sizeQGemvSet))
+	for _, f := range []func(d *devMat) devptr{
+		func(d *devMat) devptr { return d.w }, func(d *devMat) devptr { return d.s }, func(d *devMat) devptr { return d.b },
+	} {
+		for i := range gemvSetMax {
+			var a devptr
+			if i < len(s.d) {
+				a = f(s.d[i])
+			}
+			p = p.ptr(a)
+		}
+	}
+	for i := range gemvSetMax {
+		var a devptr
+		if i < len(s.y) {
+			a = s.y[i]
+		}
+		p = p.ptr(a)
+	}
+	p = p.ptr(xp)
+	var first [gemvSetMax]int
+	blocks := 0
+	for i := range gemvSetMax {
+		rows := 0
+		if i < len(s.rows) {
+			rows = s.rows[i]
+			first[i] = blocks
+			blocks += ceilDiv(rows, per)
+		} else {
+			first[i] = blocks
+		}
+		p = p.u32(rows)
+	}
+	for _, f := range first {
+		p = p.u32(f)
+	}
+	p = p.u32(len(s.d)).u32(k.cols).u32(k.group).u32(k.stype)
+	return b.launch(k.kernel, [3]int{blocks, n, 1}, tgThreads, p, sizeQGemvSet)
+}
