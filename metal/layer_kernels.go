@@ -83,17 +83,22 @@ func (d *Device) floats(v []float32) (nn.Tensor, bool) {
 	return t, true
 }
 
+// normWeight is the w field of a norm kernel's launch: none for NormUnit.
+func normWeight(op string, w nn.Tensor, s nn.NormSpec) ptrArg {
+	if s.Kind == nn.NormUnit {
+		return null("w")
+	}
+	need(op+" w", w, s.Width)
+	return ptrIn("w", w)
+}
+
 // kNorm encodes rms_norm_rows (every NormKind; y may be x).
 func (d *Device) kNorm(y, x, w nn.Tensor, s nn.NormSpec, xs, ys int) bool {
 	if !d.has("rms_norm_rows") || !fits(int64(s.Rows), int64(xs), int64(ys), span64(s.Rows, xs, s.Width), span64(s.Rows, ys, s.Width)) ||
 		s.Kind < nn.NormWeight || s.Kind > nn.NormUnit {
 		return false
 	}
-	wp := null("w")
-	if s.Kind != nn.NormUnit {
-		need("RMSNorm w", w, s.Width)
-		wp = ptrIn("w", w)
-	}
+	wp := normWeight("RMSNorm", w, s)
 	p := d.b.params("rms_norm_rows").u32("rows", s.Rows).u32("width", s.Width).u32("xstride", xs).
 		u32("ystride", ys).f32("eps", s.Eps).u32("kind", int(s.Kind))
 	d.entry("rms_norm_rows", s.Rows, 1, p, ptrIn("x", x), wp, ptrOut("y", y))
@@ -108,11 +113,7 @@ func (d *Device) kAddNorm(x, r, y, w nn.Tensor, s nn.NormSpec, ys int) bool {
 		s.Kind < nn.NormWeight || s.Kind > nn.NormUnit {
 		return false
 	}
-	wp := null("w")
-	if s.Kind != nn.NormUnit {
-		need("AddRMSNorm w", w, s.Width)
-		wp = ptrIn("w", w)
-	}
+	wp := normWeight("AddRMSNorm", w, s)
 	p := d.b.params("add_rms_norm_rows").u32("rows", s.Rows).u32("width", s.Width).u32("ystride", ys).
 		f32("eps", s.Eps).u32("kind", int(s.Kind))
 	d.entry("add_rms_norm_rows", s.Rows, 1, p, ptrOut("x", x), ptrIn("res", r), wp, ptrOut("y", y))

@@ -54,33 +54,7 @@ func testAddRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 						sum[i] = x[i] + res[i]
 					}
 					exact(t, what+": x+r", gotX, sum)
-					var want []float64
-					var gotRows []float32
-					for row := range rows {
-						xr := f64(sum[row*width : (row+1)*width])
-						inv := rms64(xr, eps)
-						for i, v := range xr {
-							f := v * inv
-							switch kind {
-							case nn.NormWeight:
-								f *= float64(w[i])
-							case nn.NormOffset:
-								f *= 1 + float64(w[i])
-							}
-							want = append(want, f)
-						}
-						gotRows = append(gotRows, gotY[row*ys:row*ys+width]...)
-						end := (row + 1) * ys
-						if row == rows-1 {
-							end = len(gotY)
-						}
-						for i := row*ys + width; i < end; i++ {
-							if gotY[i] != 9 {
-								t.Fatalf("%s: AddRMSNorm wrote y[%d] outside its rows", what, i)
-							}
-						}
-					}
-					check(t, what, gotRows, want, rowScale(want, width), tol.Norm)
+					checkNormRows(t, what, gotY, yInit, sum, rows, width, width, ys, w, kind, eps, tol.Norm)
 					endPass(t, dev)
 				}
 			}

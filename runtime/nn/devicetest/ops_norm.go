@@ -52,35 +52,8 @@ func testRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 						const eps = 1e-6
 						dev.RMSNorm(Y, X, W, nn.NormSpec{Rows: rows, Width: width, XStride: c.xs, YStride: c.ys, Eps: eps, Kind: kind})
 						got := get(t, dev, Y)
-						var gotRows []float32
-						var want []float64
-						for row := range rows {
-							xr := f64(x[row*xs : row*xs+width])
-							inv := rms64(xr, eps)
-							for i, v := range xr {
-								f := v * inv
-								switch kind {
-								case nn.NormWeight:
-									f *= float64(w[i])
-								case nn.NormOffset:
-									f *= 1 + float64(w[i])
-								}
-								want = append(want, f)
-							}
-							gotRows = append(gotRows, got[row*ys:row*ys+width]...)
-							// The gap after the row is untouched.
-							end := (row + 1) * ys
-							if row == rows-1 {
-								end = len(got)
-							}
-							for i := row*ys + width; i < end; i++ {
-								if got[i] != yInit[i] {
-									t.Fatalf("kind %d width %d rows %d strides %+v: RMSNorm wrote y[%d] outside its rows", kind, width, rows, c, i)
-								}
-							}
-						}
 						what := fmt.Sprintf("kind=%d width=%d rows=%d xs=%d ys=%d inplace=%v", kind, width, rows, c.xs, c.ys, inPlace)
-						check(t, what, gotRows, want, rowScale(want, width), tol.Norm)
+						checkNormRows(t, what, got, yInit, x, rows, width, xs, ys, w, kind, eps, tol.Norm)
 						endPass(t, dev)
 					}
 				}
@@ -88,6 +61,41 @@ func testRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 		}
 	}
 	t.Logf("RMSNorm: all kinds, strides and aliasing within %.3g of each row's max", tol.Norm)
+}
+
+// checkNormRows checks y (got; init: its contents before the op) against
+// the float64 RMSNorm of rows rows of width of x at stride xs, with kind's
+// weight w: each row within tol of its largest |value|, and nothing written
+// between y's rows (at stride ys) or after the last.
+func checkNormRows(t *testing.T, what string, got, init, x []float32, rows, width, xs, ys int, w []float32, kind nn.NormKind, eps, tol float64) {
+	t.Helper()
+	var gotRows []float32
+	var want []float64
+	for row := range rows {
+		xr := f64(x[row*xs : row*xs+width])
+		inv := rms64(xr, eps)
+		for i, v := range xr {
+			f := v * inv
+			switch kind {
+			case nn.NormWeight:
+				f *= float64(w[i])
+			case nn.NormOffset:
+				f *= 1 + float64(w[i])
+			}
+			want = append(want, f)
+		}
+		gotRows = append(gotRows, got[row*ys:row*ys+width]...)
+		end := (row + 1) * ys
+		if row == rows-1 {
+			end = len(got)
+		}
+		for i := row*ys + width; i < end; i++ {
+			if got[i] != init[i] {
+				t.Fatalf("%s: wrote y[%d] outside its rows", what, i)
+			}
+		}
+	}
+	check(t, what, gotRows, want, rowScale(want, width), tol)
 }
 
 // refRoPE rotates head vectors as RoPE documents: pair i by

@@ -180,6 +180,18 @@ func positive(op string, vals ...int) {
 	}
 }
 
+// normWeightLen is the length of the weight a norm of kind s.Kind reads
+// (none for NormUnit); op names the caller in the panic for an unknown kind.
+func normWeightLen(op string, s nn.NormSpec) int {
+	switch s.Kind {
+	case nn.NormUnit:
+		return 0
+	case nn.NormWeight, nn.NormOffset:
+		return s.Width
+	}
+	panic(fmt.Sprintf("devicetest: Strict.%s: unknown NormKind %d", op, s.Kind))
+}
+
 // Name implements nn.Device.
 func (d *Strict) Name() string { return "strict " + d.host.Name() }
 
@@ -350,13 +362,7 @@ func (d *Strict) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 	}
 	X := d.h("RMSNorm", x, need(s.Rows, xs, s.Width))
 	Y := d.h("RMSNorm", y, need(s.Rows, ys, s.Width))
-	wn := s.Width
-	if s.Kind == nn.NormUnit {
-		wn = 0
-	} else if s.Kind != nn.NormWeight && s.Kind != nn.NormOffset {
-		panic(fmt.Sprintf("devicetest: Strict.RMSNorm: unknown NormKind %d", s.Kind))
-	}
-	W := d.h("RMSNorm", w, wn)
+	W := d.h("RMSNorm", w, normWeightLen("RMSNorm", s))
 	d.push(func() { d.host.RMSNorm(Y, X, W, s) })
 }
 

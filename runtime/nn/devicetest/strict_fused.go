@@ -40,13 +40,7 @@ func (d *Strict) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
 	if overlaps(y.Slice(0, need(s.Rows, ys, s.Width)), x.Slice(0, n)) || overlaps(y.Slice(0, need(s.Rows, ys, s.Width)), r.Slice(0, n)) {
 		panic("devicetest: Strict.AddRMSNorm: y overlaps x or r")
 	}
-	wn := s.Width
-	if s.Kind == nn.NormUnit {
-		wn = 0
-	} else if s.Kind != nn.NormWeight && s.Kind != nn.NormOffset {
-		panic(fmt.Sprintf("devicetest: Strict.AddRMSNorm: unknown NormKind %d", s.Kind))
-	}
-	W := d.h("AddRMSNorm", w, wn)
+	W := d.h("AddRMSNorm", w, normWeightLen("AddRMSNorm", s))
 	d.push(func() {
 		d.host.Add(X, R, n)
 		d.host.RMSNorm(Y, X, W, s)
