@@ -1,6 +1,8 @@
 package sample
 
 import (
+	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -113,6 +115,65 @@ func FuzzGenerationConfig(f *testing.F) {
 		}
 		if p.Seed != 1 {
 			t.Fatalf("seed lost: %+v", p)
+		}
+	})
+}
+
+// FuzzScanTopK: the one-pass top-k (scanTopK) keeps exactly the candidates
+// of the general path (topKCands) whenever it answers, over scores with
+// ties, -Inf, NaN and +Inf, any k and temperature; and both leave the same
+// divided scores.
+func FuzzScanTopK(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 3, 3, 200, 0, 9}, uint8(3), uint8(10))
+	f.Add([]byte{255, 254, 0, 0, 0, 0}, uint8(2), uint8(1))
+	f.Add([]byte{7, 7, 7, 7}, uint8(1), uint8(200))
+	f.Fuzz(func(t *testing.T, raw []byte, k, temp uint8) {
+		if len(raw) == 0 || len(raw) > 4096 {
+			return
+		}
+		// Each byte a score: a few specials, the rest small integers
+		// (many ties).
+		sc := make([]float64, len(raw))
+		for i, b := range raw {
+			switch b {
+			case 255:
+				sc[i] = math.Inf(-1)
+			case 254:
+				sc[i] = math.NaN()
+			case 253:
+				sc[i] = math.Inf(1)
+			case 252:
+				sc[i] = math.MaxFloat64
+			default:
+				sc[i] = float64(int(b%32) - 16)
+			}
+		}
+		T := float64(temp)/16 + 1e-300 // tiny T overflows v/T to +Inf
+		s, err := New(Params{Temperature: T, TopK: int(k)})
+		if err != nil {
+			return
+		}
+		a := slices.Clone(sc)
+		got, ok := s.scanTopK(a)
+		b := slices.Clone(sc)
+		for i := range b {
+			b[i] /= T
+		}
+		for i := range a {
+			if math.Float64bits(a[i]) != math.Float64bits(b[i]) && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+				t.Fatalf("score %d divided to %v, want %v", i, a[i], b[i])
+			}
+		}
+		if !ok {
+			return
+		}
+		got = slices.Clone(got)
+		want, err := s.topKCands(b)
+		if err != nil {
+			t.Fatalf("scanTopK answered %v where the general path fails: %v", got, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("k %d T %g: scanTopK kept %v, the general path %v", k, T, got, want)
 		}
 	})
 }

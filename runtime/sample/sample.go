@@ -68,6 +68,7 @@ type Sampler struct {
 	cands   []int
 	weights []float64 // the draw's exp(score - max) per candidate
 	topw    []float64 // topP's, before its cut
+	heap    []float64 // scanTopK's
 }
 
 // New returns a Sampler whose random stream is fixed by p.Seed.
@@ -138,33 +139,17 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 		return best, nil
 	}
 
-	cands := s.cands[:0]
-	for i, v := range sc {
-		v /= s.p.Temperature
-		sc[i] = v
-		if !math.IsInf(v, -1) && !math.IsNaN(v) {
-			cands = append(cands, i)
+	// With a top-k, one pass divides by the temperature and finds the k-th
+	// largest score, a second keeps the scores at least that large: the
+	// general path's candidates exactly, without listing the whole
+	// vocabulary first (at 248K entries the draw took 1.2 ms that way).
+	cands, ok := s.scanTopK(sc)
+	if !ok {
+		var err error
+		if cands, err = s.topKCands(sc); err != nil {
+			return -1, err
 		}
 	}
-	// v/T can overflow to +Inf for tiny T: such tokens are the only
-	// candidates, as in the limit.
-	var inf []int
-	for _, i := range cands {
-		if math.IsInf(sc[i], 1) {
-			inf = append(inf, i)
-		}
-	}
-	if len(inf) > 0 {
-		cands = append(cands[:0], inf...)
-		for _, i := range cands {
-			sc[i] = 0
-		}
-	}
-	if len(cands) == 0 {
-		return -1, ErrNoCandidate
-	}
-
-	cands = topK(sc, cands, s.p.TopK)
 	if s.p.TopP > 0 && s.p.TopP < 1 {
 		cands, s.topw = topP(sc, cands, s.p.TopP, s.topw)
 	}
@@ -238,6 +223,109 @@ func (s *Sampler) penalised(logits []float32) []float64 {
 	}
 	s.frequencyPenalty(sc)
 	return sc
+}
+
+// topKCands is the general path to the candidates of the scores (divided
+// by the temperature already): every finite one, or the +Inf ones alone
+// (their scores set to 0), then topK's cut.
+func (s *Sampler) topKCands(sc []float64) ([]int, error) {
+	cands := s.cands[:0]
+	for i, v := range sc {
+		if !math.IsInf(v, -1) && !math.IsNaN(v) {
+			cands = append(cands, i)
+		}
+	}
+	// v/T can overflow to +Inf for tiny T: such tokens are the only
+	// candidates, as in the limit.
+	var inf []int
+	for _, i := range cands {
+		if math.IsInf(sc[i], 1) {
+			inf = append(inf, i)
+		}
+	}
+	if len(inf) > 0 {
+		cands = append(cands[:0], inf...)
+		for _, i := range cands {
+			sc[i] = 0
+		}
+	}
+	if len(cands) == 0 {
+		return nil, ErrNoCandidate
+	}
+	return topK(sc, cands, s.p.TopK), nil
+}
+
+// scanTopK divides the scores by the temperature in place and, with a
+// top-k, returns the ids (ascending) whose score is at least the k-th
+// largest finite one: what the general path's candidates and topK keep. It
+// reports false (the scores divided all the same) without a top-k, when
+// fewer than k scores are finite (topK keeps them all), and when a score
+// is +Inf (those tokens alone are candidates): the general path then runs.
+func (s *Sampler) scanTopK(sc []float64) ([]int, bool) {
+	k, T := s.p.TopK, s.p.Temperature
+	if k <= 0 || k >= len(sc) {
+		for i := range sc {
+			sc[i] /= T
+		}
+		return nil, false
+	}
+	// A min-heap of the k largest finite scores seen; th is the smallest
+	// score a new one must beat: -Inf until the heap is full, then its root.
+	h := slices.Grow(s.heap[:0], k)
+	th := math.Inf(-1)
+	posInf := false
+	for i, v := range sc {
+		v /= T
+		sc[i] = v
+		if !(v > th) { // also NaN
+			continue
+		}
+		if math.IsInf(v, 1) {
+			posInf = true
+		}
+		if len(h) < k {
+			h = append(h, v)
+			for j := len(h) - 1; j > 0; { // sift up
+				parent := (j - 1) / 2
+				if h[parent] <= h[j] {
+					break
+				}
+				h[parent], h[j] = h[j], h[parent]
+				j = parent
+			}
+			if len(h) == k {
+				th = h[0]
+			}
+			continue
+		}
+		h[0] = v
+		for j := 0; ; { // sift down
+			l, r, m := 2*j+1, 2*j+2, j
+			if l < k && h[l] < h[m] {
+				m = l
+			}
+			if r < k && h[r] < h[m] {
+				m = r
+			}
+			if m == j {
+				break
+			}
+			h[j], h[m] = h[m], h[j]
+			j = m
+		}
+		th = h[0]
+	}
+	s.heap = h
+	if posInf || len(h) < k {
+		return nil, false
+	}
+	out := s.cands[:0]
+	for i, v := range sc {
+		if v >= th {
+			out = append(out, i)
+		}
+	}
+	return out, true
 }
 
 // topK keeps the candidates whose score is at least the k-th largest.
