@@ -100,55 +100,60 @@ type setKey struct {
 }
 
 // matMulSets queues the products of ps that share a launch with another
-// and returns the rest, for MatMul.
+// and returns the rest, for MatMul. (A graph asks for a handful of products
+// at a time: the grouping is a scan, not a map.)
 func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
-	type member struct {
-		d *devMat
-		p nn.Product
-	}
-	var order []setKey
-	sets := map[setKey][]member{}
-	var rest []nn.Product
-	for _, p := range ps {
+	keys := make([]setKey, len(ps)) // "" kernel: not for a set
+	for i, p := range ps {
 		d, ok := p.W.Dev.(*devMat)
 		m := p.W.W
-		if !ok || (d.kernel != "gemv_q4" && d.kernel != "gemv_q8") || useGemm(m, n) {
-			rest = append(rest, p)
-			continue
+		if ok && (d.kernel == "gemv_q4" || d.kernel == "gemv_q8") && !useGemm(m, n) {
+			keys[i] = setKey{d.kernel + "_set", m.Cols, m.GroupSize, int(m.Type)}
 		}
-		k := setKey{d.kernel + "_set", m.Cols, m.GroupSize, int(m.Type)}
-		if _, seen := sets[k]; !seen {
-			order = append(order, k)
-		}
-		sets[k] = append(sets[k], member{d, p})
 	}
+	var rest []nn.Product
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
 		return nil // the error is kept; MatMul would skip them too
 	}
-	for _, k := range order {
-		ms := sets[k]
-		if len(ms) == 1 {
-			rest = append(rest, ms[0].p)
+	done := make([]bool, len(ps))
+	for i, k := range keys {
+		if done[i] {
 			continue
 		}
-		xp := addr(x, n*k.cols)
-		if xp%16 != 0 { // MatMul copies x to an aligned place first
-			for _, m := range ms {
-				rest = append(rest, m.p)
-			}
-			continue
-		}
-		for i := 0; i < len(ms); i += gemvSetMax {
-			part := ms[i:min(i+gemvSetMax, len(ms))]
-			if len(part) == 1 {
-				rest = append(rest, part[0].p)
+		// ps[i] and the later products of its key, at most gemvSetMax
+		// to a launch; a lone one (or x not 16-byte aligned: MatMul
+		// copies it first) goes to MatMul.
+		var set gemvSet
+		var members []int
+		for j := i; j < len(ps); j++ {
+			if done[j] || keys[j] != k {
 				continue
 			}
-			var set gemvSet
-			for _, m := range part {
-				set.add(m.d, addr(m.p.Y, n*m.p.W.W.Rows), m.p.W.W)
+			done[j] = true
+			members = append(members, j)
+		}
+		var xp devptr
+		if k.kernel != "" {
+			xp = addr(x, n*k.cols)
+		}
+		if k.kernel == "" || len(members) == 1 || xp%16 != 0 {
+			for _, j := range members {
+				rest = append(rest, ps[j])
+			}
+			continue
+		}
+		for c := 0; c < len(members); c += gemvSetMax {
+			part := members[c:min(c+gemvSetMax, len(members))]
+			if len(part) == 1 {
+				rest = append(rest, ps[part[0]])
+				continue
+			}
+			set.reset()
+			for _, j := range part {
+				p := ps[j]
+				set.add(p.W.Dev.(*devMat), addr(p.Y, n*p.W.W.Rows), p.W.W)
 			}
 			if err := l.b.gemvSet(k, set, xp, n); err != nil {
 				l.fail("MatMuls", err)
@@ -165,6 +170,8 @@ type gemvSet struct {
 	y    []devptr
 	rows []int
 }
+
+func (s *gemvSet) reset() { s.d, s.y, s.rows = s.d[:0], s.y[:0], s.rows[:0] }
 
 func (s *gemvSet) add(d *devMat, y devptr, m mlxq.Matrix) {
 	s.d, s.y, s.rows = append(s.d, d), append(s.y, y), append(s.rows, m.Rows)

@@ -89,8 +89,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 			return nil, err
 		}
 		norm(mix, h2, ly.postFF2, T)
-		dev.Add(h1, mix, T*H)
-		norm(h2, h1, ly.postFF, T)
+		nn.AddRMSNorm(dev, h1, mix, h2, b.V(ly.postFF), nn.NormSpec{Rows: T, Width: H, Eps: m.eps})
 		dev.Add(x, h2, T*H)
 		dev.Scale(x, ly.scalar, T*H)
 		if err := b.Err(); err != nil {
