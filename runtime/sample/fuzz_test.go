@@ -177,3 +177,60 @@ func FuzzScanTopK(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanTopK32: the top-k straight over float32 logits (no penalties)
+// keeps exactly the general path's candidates (penalised, divided, then
+// topKCands) with the same scores, whenever it answers.
+func FuzzScanTopK32(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 3, 3, 200, 0, 9}, uint8(3), uint8(10))
+	f.Add([]byte{255, 254, 0, 0, 0, 0}, uint8(2), uint8(1))
+	f.Add([]byte{7, 7, 7, 7, 252, 1}, uint8(1), uint8(200))
+	f.Fuzz(func(t *testing.T, raw []byte, k, temp uint8) {
+		if len(raw) == 0 || len(raw) > 4096 {
+			return
+		}
+		logits := make([]float32, len(raw))
+		for i, b := range raw {
+			switch b {
+			case 255:
+				logits[i] = float32(math.Inf(-1))
+			case 254:
+				logits[i] = float32(math.NaN())
+			case 253:
+				logits[i] = float32(math.Inf(1))
+			case 252:
+				logits[i] = math.MaxFloat32
+			default:
+				logits[i] = float32(int(b%32)-16) / 4
+			}
+		}
+		// Temperatures from 2^-880 (every quotient overflows) to 2^770.
+		T := math.Ldexp(float64(temp&15+1)/8, (int(temp>>4)-8)*110)
+		s, err := New(Params{Temperature: T, TopK: int(k)})
+		if err != nil {
+			return
+		}
+		sc := make([]float64, len(logits))
+		got, ok := s.scanTopK32(logits, sc)
+		if !ok {
+			return
+		}
+		got = slices.Clone(got)
+		ref := s.penalised(logits)
+		for i := range ref {
+			ref[i] /= T
+		}
+		want, err := s.topKCands(ref)
+		if err != nil {
+			t.Fatalf("scanTopK32 answered %v where the general path fails: %v", got, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("k %d T %g: scanTopK32 kept %v, the general path %v", k, T, got, want)
+		}
+		for _, i := range got {
+			if math.Float64bits(sc[i]) != math.Float64bits(ref[i]) {
+				t.Fatalf("score %d: %v, the general path %v", i, sc[i], ref[i])
+			}
+		}
+	})
+}

@@ -121,6 +121,13 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 	if s.p.Temperature == 0 && !s.penalises() {
 		return argmax32(logits)
 	}
+	if s.p.Temperature > 0 && !s.penalises() {
+		sc := slices.Grow(s.scores[:0], len(logits))[:len(logits)]
+		s.scores = sc
+		if cands, ok := s.scanTopK32(logits, sc); ok {
+			return s.filterDraw(sc, cands)
+		}
+	}
 	sc := s.penalised(logits)
 
 	if s.p.Temperature == 0 {
@@ -150,6 +157,12 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 			return -1, err
 		}
 	}
+	return s.filterDraw(sc, cands)
+}
+
+// filterDraw applies top-p and min-p to the candidates (their scores in
+// sc, divided by the temperature) and draws one.
+func (s *Sampler) filterDraw(sc []float64, cands []int) (int, error) {
 	if s.p.TopP > 0 && s.p.TopP < 1 {
 		cands, s.topw = topP(sc, cands, s.p.TopP, s.topw)
 	}
@@ -269,59 +282,64 @@ func (s *Sampler) scanTopK(sc []float64) ([]int, bool) {
 		}
 		return nil, false
 	}
-	// A min-heap of the k largest finite scores seen; th is the smallest
-	// score a new one must beat: -Inf until the heap is full, then its root.
-	h := slices.Grow(s.heap[:0], k)
-	th := math.Inf(-1)
+	h := topHeap{h: s.heap[:0], k: k}
+	th := math.Inf(-1) // what a score must beat to enter the heap
 	posInf := false
 	for i, v := range sc {
 		v /= T
 		sc[i] = v
-		if !(v > th) { // also NaN
-			continue
+		if v > th { // never NaN
+			posInf = posInf || math.IsInf(v, 1)
+			th = h.push(v)
 		}
-		if math.IsInf(v, 1) {
-			posInf = true
-		}
-		if len(h) < k {
-			h = append(h, v)
-			for j := len(h) - 1; j > 0; { // sift up
-				parent := (j - 1) / 2
-				if h[parent] <= h[j] {
-					break
-				}
-				h[parent], h[j] = h[j], h[parent]
-				j = parent
-			}
-			if len(h) == k {
-				th = h[0]
-			}
-			continue
-		}
-		h[0] = v
-		for j := 0; ; { // sift down
-			l, r, m := 2*j+1, 2*j+2, j
-			if l < k && h[l] < h[m] {
-				m = l
-			}
-			if r < k && h[r] < h[m] {
-				m = r
-			}
-			if m == j {
-				break
-			}
-			h[j], h[m] = h[m], h[j]
-			j = m
-		}
-		th = h[0]
 	}
-	s.heap = h
-	if posInf || len(h) < k {
+	s.heap = h.h
+	if posInf || len(h.h) < k {
 		return nil, false
 	}
 	out := s.cands[:0]
 	for i, v := range sc {
 		if v >= th {
+			out = append(out, i)
+		}
+	}
+	return out, true
+}
+
+// scanTopK32 is scanTopK straight over the logits when nothing penalises
+// them (the scores are float64(logit)/T, NaN as -Inf), ranking by the
+// logits themselves: dividing by T > 0 keeps their order and, while every
+// quotient is a normal float64 (T below 2^870, no overflow), it merges no
+// two float32 values (their spacing is 2^-24 relative, the division's error
+// 2^-53), so the k-th largest score is the k-th largest logit divided by T
+// and a logit is kept exactly when its score is. One pass finds that logit,
+// a second lists the ids at least that large and writes only their scores
+// into sc, the only entries the filters and the draw read; the divisions
+// are the candidates' alone. false: sc is left to the general path.
+func (s *Sampler) scanTopK32(logits []float32, sc []float64) ([]int, bool) {
+	k, T := s.p.TopK, s.p.Temperature
+	if k <= 0 || k >= len(logits) || !(T > 0 && T < 0x1p870) {
+		return nil, false
+	}
+	h := topHeap{h: s.heap[:0], k: k}
+	th := math.Inf(-1)
+	for _, l := range logits {
+		if v := float64(l); v > th { // NaN never enters
+			th = h.push(v)
+		}
+	}
+	s.heap = h.h
+	if len(h.h) < k {
+		return nil, false
+	}
+	top := slices.Max(h.h)
+	if math.IsInf(top/T, 1) || math.IsInf(th/T, -1) || (th != 0 && math.Abs(th/T) < 0x1p-1000) {
+		return nil, false // the general path handles +Inf, -Inf and tiny quotients
+	}
+	out := s.cands[:0]
+	for i, l := range logits {
+		if v := float64(l); v >= th {
+			sc[i] = v / T
 			out = append(out, i)
 		}
 	}
@@ -346,39 +364,58 @@ func topK(sc []float64, cands []int, k int) []int {
 // kthLargest returns the k-th largest score among cands (1 <= k <= len),
 // keeping the k largest seen so far in a min-heap.
 func kthLargest(sc []float64, cands []int, k int) float64 {
-	h := make([]float64, 0, k)
+	h := topHeap{h: make([]float64, 0, k), k: k}
 	for _, i := range cands {
-		v := sc[i]
-		if len(h) < k {
-			h = append(h, v)
-			for j := len(h) - 1; j > 0; { // sift up
-				parent := (j - 1) / 2
-				if h[parent] <= h[j] {
-					break
-				}
-				h[parent], h[j] = h[j], h[parent]
-				j = parent
-			}
-			continue
-		}
-		if v <= h[0] {
-			continue
-		}
-		h[0] = v
-		for j := 0; ; { // sift down
-			l, r, m := 2*j+1, 2*j+2, j
-			if l < k && h[l] < h[m] {
-				m = l
-			}
-			if r < k && h[r] < h[m] {
-				m = r
-			}
-			if m == j {
+		h.push(sc[i])
+	}
+	return h.h[0]
+}
+
+// topHeap keeps the k largest values pushed, in a min-heap (h[0] the
+// smallest of them).
+type topHeap struct {
+	h []float64
+	k int
+}
+
+// push offers v and returns the value a later one must exceed to enter:
+// -Inf while fewer than k are kept, else the k-th largest so far. A value
+// not above it is dropped (ties with the root included).
+func (t *topHeap) push(v float64) float64 {
+	h, k := t.h, t.k
+	if len(h) < k {
+		h = append(h, v)
+		for j := len(h) - 1; j > 0; { // sift up
+			parent := (j - 1) / 2
+			if h[parent] <= h[j] {
 				break
 			}
-			h[j], h[m] = h[m], h[j]
-			j = m
+			h[parent], h[j] = h[j], h[parent]
+			j = parent
 		}
+		t.h = h
+		if len(h) < k {
+			return math.Inf(-1)
+		}
+		return h[0]
+	}
+	if v <= h[0] {
+		return h[0]
+	}
+	h[0] = v
+	for j := 0; ; { // sift down
+		l, r, m := 2*j+1, 2*j+2, j
+		if l < k && h[l] < h[m] {
+			m = l
+		}
+		if r < k && h[r] < h[m] {
+			m = r
+		}
+		if m == j {
+			break
+		}
+		h[j], h[m] = h[m], h[j]
+		j = m
 	}
 	return h[0]
 }
