@@ -25,20 +25,7 @@ func testAddRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 					ys := max(ystride, width)
 					n := rows * width
 					x, res := randF32(r, n, 2), randF32(r, n, 2)
-					var w []float32
-					switch kind {
-					case nn.NormWeight:
-						w = randRange(r, width, 0.5, 1.5)
-					case nn.NormOffset:
-						w = randF32(r, width, 0.5)
-					}
-					var W nn.Tensor
-					if w != nil {
-						var err error
-						if W, err = dev.Constant(w); err != nil {
-							t.Fatal(err)
-						}
-					}
+					w, W := normWeightOf(t, dev, r, kind, width)
 					X, R := put(dev, x), put(dev, res)
 					yInit := make([]float32, (rows-1)*ys+width+3)
 					for i := range yInit {

@@ -3,6 +3,7 @@ package devicetest
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -24,13 +25,7 @@ func testRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 						}
 						xs, ys := max(c.xs, width), max(c.ys, width)
 						x := randF32(r, (rows-1)*xs+width+2, 2)
-						var w []float32
-						switch kind {
-						case nn.NormWeight:
-							w = randRange(r, width, 0.5, 1.5)
-						case nn.NormOffset:
-							w = randF32(r, width, 0.5)
-						}
+						w, W := normWeightOf(t, dev, r, kind, width)
 						X := put(dev, x)
 						Y := X
 						yInit := make([]float32, (rows-1)*ys+width+2)
@@ -41,13 +36,6 @@ func testRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 							Y = put(dev, yInit)
 						} else {
 							yInit = append([]float32(nil), x...)
-						}
-						var W nn.Tensor
-						if w != nil {
-							var err error
-							if W, err = dev.Constant(w); err != nil {
-								t.Fatal(err)
-							}
 						}
 						const eps = 1e-6
 						dev.RMSNorm(Y, X, W, nn.NormSpec{Rows: rows, Width: width, XStride: c.xs, YStride: c.ys, Eps: eps, Kind: kind})
@@ -61,6 +49,26 @@ func testRMSNorm(t *testing.T, dev nn.Device, tol Tolerances) {
 		}
 	}
 	t.Logf("RMSNorm: all kinds, strides and aliasing within %.3g of each row's max", tol.Norm)
+}
+
+// normWeightOf draws a norm weight for kind (none for NormUnit: nil and
+// an empty tensor) and makes it a Constant of dev.
+func normWeightOf(t *testing.T, dev nn.Device, r *rand.Rand, kind nn.NormKind, width int) ([]float32, nn.Tensor) {
+	t.Helper()
+	var w []float32
+	switch kind {
+	case nn.NormWeight:
+		w = randRange(r, width, 0.5, 1.5)
+	case nn.NormOffset:
+		w = randF32(r, width, 0.5)
+	default:
+		return nil, nn.Tensor{}
+	}
+	W, err := dev.Constant(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, W
 }
 
 // checkNormRows checks y (got; init: its contents before the op) against
