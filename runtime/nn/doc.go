@@ -10,7 +10,10 @@
 // protocol (route, group tokens by expert, ask the device's expert cache,
 // prefetch and speculate, read, release, combine) against an ExpertSource,
 // or hands the whole routed block to a device that holds the layer's
-// experts itself (ExpertRouter, router.go).
+// experts itself (ExpertRouter, router.go). Fused ops (fused.go: the
+// residual add with the next norm, several products of one input) are
+// optional interfaces a device implements where they save it launches;
+// their helpers fall back to the plain ops.
 //
 // Nothing here knows a tensor name or a model_type. Architectures (packages
 // under runtime/models) compose these blocks and register themselves with
