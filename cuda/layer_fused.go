@@ -29,31 +29,35 @@ func (l *Layer) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
 	if s.XStride != 0 && s.XStride != s.Width {
 		panic(fmt.Sprintf("cuda: AddRMSNorm: x stride %d, want its rows contiguous (width %d)", s.XStride, s.Width))
 	}
-	ok := l.lock()
-	if ok && l.kernels {
-		n := s.Rows * s.Width
-		ys := s.YStride
-		if ys == 0 {
-			ys = s.Width
-		}
-		xp, rp, yp := addr(x, n), addr(r, n), addr(y, int(span(s.Rows, ys, s.Width)))
-		var wp devptr
-		if s.Kind != nn.NormUnit {
-			wp = addr(w, s.Width)
-		}
-		done := l.kernel("AddRMSNorm", l.b.kAddRMSNorm(xp, rp, yp, wp, s))
-		l.unlock()
-		if done {
-			return
-		}
-	} else {
-		l.unlock()
-		if !ok {
-			return
-		}
+	if !l.addRMSNorm(x, r, y, w, s) {
+		l.Add(x, r, s.Rows*s.Width)
+		l.RMSNorm(y, x, w, s)
 	}
-	l.Add(x, r, s.Rows*s.Width)
-	l.RMSNorm(y, x, w, s)
+}
+
+// addRMSNorm queues the fused kernel and reports whether the op is done
+// (queued, or skipped after an earlier error); false: the kernels are off
+// or refused the shape, and the plain ops run.
+func (l *Layer) addRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) bool {
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return true // the error is kept; the ops would be skipped
+	}
+	if !l.kernels {
+		return false
+	}
+	n := s.Rows * s.Width
+	ys := s.YStride
+	if ys == 0 {
+		ys = s.Width
+	}
+	xp, rp, yp := addr(x, n), addr(r, n), addr(y, int(span(s.Rows, ys, s.Width)))
+	var wp devptr
+	if s.Kind != nn.NormUnit {
+		wp = addr(w, s.Width)
+	}
+	return l.kernel("AddRMSNorm", l.b.kAddRMSNorm(xp, rp, yp, wp, s))
 }
 
 // kAddRMSNorm queues add_rms_norm_rows: x += r over s.Rows contiguous rows

@@ -122,9 +122,11 @@ func (d *Device) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
 	need("AddRMSNorm x", x, n)
 	need("AddRMSNorm r", r, n)
 	need("AddRMSNorm y", y, (s.Rows-1)*ys+s.Width)
-	d.mu.Lock()
-	done := d.kAddNorm(x, r, y, w, s, ys)
-	d.mu.Unlock()
+	done := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.kAddNorm(x, r, y, w, s, ys)
+	}()
 	if !done {
 		d.Add(x, r, n)
 		d.RMSNorm(y, x, w, s)
