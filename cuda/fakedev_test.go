@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -422,7 +423,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		if int(grid[0]) != nt*heads*ns {
 			f.t.Fatalf("attention grid %v for %d tokens of %d heads in %d runs", grid, nt, heads, ns)
 		}
-		if last := min(pos+nt, max(win, 0)); ns > 1 && (win == 0 && keys*ns < pos+nt || win > 0 && keys*ns < last) {
+		if ns > 1 && keys*ns < gpukernels.AttnKeys(pos, nt, win) {
 			f.t.Fatalf("attention: %d runs of %d keys for %d positions", ns, keys, pos+nt)
 		}
 		// Split or not, the fake writes the whole result to o

@@ -168,62 +168,44 @@ func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
 	return rest
 }
 
-// gemvSet is one gemv_*_set launch's products.
+// gemvSet is one gemv_*_set launch's products: QGemvSet's arrays, the
+// entries past n zero.
 type gemvSet struct {
-	d    []*devMat
-	y    []devptr
-	rows []int
+	w, s, b, y [gemvSetMax]devptr
+	rows       [gemvSetMax]int
+	n          int
 }
 
-func (s *gemvSet) reset() { s.d, s.y, s.rows = s.d[:0], s.y[:0], s.rows[:0] }
+func (s *gemvSet) reset() { *s = gemvSet{} }
 
 func (s *gemvSet) add(d *devMat, y devptr, m mlxq.Matrix) {
-	s.d, s.y, s.rows = append(s.d, d), append(s.y, y), append(s.rows, m.Rows)
+	i := s.n
+	s.w[i], s.s[i], s.b[i], s.y[i], s.rows[i] = d.w, d.s, d.b, y, m.Rows
+	s.n++
 }
 
 // gemvSet queues one gemv_*_set launch of up to gemvSetMax products of x
 // (n vectors, n ≤ maxGridY).
 func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
-	if len(s.d) < 1 || len(s.d) > gemvSetMax || n < 1 || n > maxGridY {
-		return fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, len(s.d), n)
+	if s.n < 1 || s.n > gemvSetMax || n < 1 || n > maxGridY {
+		return fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, s.n, n)
 	}
 	per := rowsPerTG * qRows // rows per group of threads
 	p := params(make([]byte, 0, sizeQGemvSet))
-	for _, f := range []func(d *devMat) devptr{
-		func(d *devMat) devptr { return d.w }, func(d *devMat) devptr { return d.s }, func(d *devMat) devptr { return d.b },
-	} {
-		for i := range gemvSetMax {
-			var a devptr
-			if i < len(s.d) {
-				a = f(s.d[i])
-			}
-			p = p.ptr(a)
+	for _, a := range [][gemvSetMax]devptr{s.w, s.s, s.b, s.y} {
+		for _, v := range a {
+			p = p.ptr(v)
 		}
-	}
-	for i := range gemvSetMax {
-		var a devptr
-		if i < len(s.y) {
-			a = s.y[i]
-		}
-		p = p.ptr(a)
 	}
 	p = p.ptr(xp)
-	var first [gemvSetMax]int
-	blocks := 0
-	for i := range gemvSetMax {
-		rows := 0
-		if i < len(s.rows) {
-			rows = s.rows[i]
-			first[i] = blocks
-			blocks += ceilDiv(rows, per)
-		} else {
-			first[i] = blocks
-		}
-		p = p.u32(rows)
+	for _, r := range s.rows {
+		p = p.u32(r)
 	}
-	for _, f := range first {
-		p = p.u32(f)
+	blocks := 0 // first row block of each product (the unused ones: the total)
+	for _, r := range s.rows {
+		p = p.u32(blocks)
+		blocks += ceilDiv(r, per)
 	}
-	p = p.u32(len(s.d)).u32(k.cols).u32(k.group).u32(k.stype)
+	p = p.u32(s.n).u32(k.cols).u32(k.group).u32(k.stype)
 	return b.launch(k.kernel, [3]int{blocks, n, 1}, tgThreads, p, sizeQGemvSet)
 }

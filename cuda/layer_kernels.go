@@ -191,11 +191,7 @@ func (b *Backend) kAttention(o, q, k, v, kc, vc, part devptr, pos, T, window, kW
 	}
 	keys := 0
 	if nsplit > 1 {
-		maxKeys := pos + T // the last token's keys
-		if window > 0 {
-			maxKeys = min(maxKeys, window)
-		}
-		keys = ceilDiv(maxKeys, nsplit)
+		keys = ceilDiv(gpukernels.AttnKeys(pos, T, window), nsplit)
 		if err := checkExt("attention", int64(T)*int64(d.Heads)*int64(nsplit), attnPartFloats(T, d.Heads, vd, nsplit)); err != nil {
 			return err
 		}

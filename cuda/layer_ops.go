@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
@@ -215,11 +216,7 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	maxKeys := kv.n + T
-	if kv.window > 0 {
-		maxKeys = min(maxKeys, kv.window)
-	}
-	nsplit := attnSplits(T, d.Heads, maxKeys)
+	nsplit := attnSplits(T, d.Heads, gpukernels.AttnKeys(kv.n, T, kv.window))
 	var part devptr
 	if l.kernels && nsplit > 1 {
 		var err error

@@ -211,10 +211,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 	}
 	// A long context with few groups: the keys in runs, merged after
 	// (gpukernels.AttnSplits).
-	maxKeys := pos + T
-	if W > 0 {
-		maxKeys = min(maxKeys, W)
-	}
+	maxKeys := gpukernels.AttnKeys(pos, T, W)
 	nsplit := 1
 	if d.has("attention_merge") {
 		nsplit = gpukernels.AttnSplits(T, dm.Heads, maxKeys, attnBusyGroups)

@@ -13,6 +13,17 @@ const (
 	AttnSplitMax     = 32
 )
 
+// AttnKeys is the number of keys the last token of a chunk of T tokens at
+// positions pos.. attends to: pos+T, or at most window on a sliding layer
+// (window > 0). It bounds every token's keys, so a split's runs of
+// ceil(AttnKeys/n) keys cover them all.
+func AttnKeys(pos, T, window int) int {
+	if window > 0 {
+		return min(pos+T, window)
+	}
+	return pos + T
+}
+
 // AttnSplits is the number of runs for a chunk of T tokens of heads heads
 // whose last token sees maxKeys keys, on a GPU that wants about busy groups
 // in flight: 1 (no split) when the chunk has that many groups already or

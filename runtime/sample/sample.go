@@ -118,10 +118,10 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 	if len(logits) == 0 {
 		return -1, errors.New("sample: empty logits")
 	}
-	if s.p.Temperature == 0 && !s.penalises() {
-		return argmax32(logits)
-	}
-	if s.p.Temperature > 0 && !s.penalises() {
+	if !s.penalises() {
+		if s.p.Temperature == 0 {
+			return argmax32(logits)
+		}
 		sc := slices.Grow(s.scores[:0], len(logits))[:len(logits)]
 		s.scores = sc
 		if cands, ok := s.scanTopK32(logits, sc); ok {
@@ -333,8 +333,8 @@ func (s *Sampler) scanTopK32(logits []float32, sc []float64) ([]int, bool) {
 		return nil, false
 	}
 	top := slices.Max(h.h)
-	if math.IsInf(top/T, 1) || math.IsInf(th/T, -1) || (th != 0 && math.Abs(th/T) < 0x1p-1000) {
-		return nil, false // the general path handles +Inf, -Inf and tiny quotients
+	if math.IsInf(top/T, 1) || math.IsInf(th/T, -1) {
+		return nil, false // overflow: the general path handles +Inf and -Inf scores
 	}
 	out := s.cands[:0]
 	for i, l := range logits {
