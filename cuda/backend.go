@@ -38,8 +38,11 @@ type Backend struct {
 	scratch devptr
 	stats   Stats
 	prof    *profiler // QPACK_CUDA_PROFILE=1 (profile.go)
-	err     error
-	closed  bool
+	// splitOverride, when > 0, replaces gemvSplit's choice (benchmarks
+	// and tests compare splits).
+	splitOverride int
+	err           error
+	closed        bool
 
 	layer       *Layer // the whole-layer device (layer.go), made on first use
 	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)
@@ -453,20 +456,51 @@ func (b *Backend) matMul(w mlxq.Matrix, y, x []float32, n int) error {
 // gemv queues y = W·x for n vectors on device addresses, in launches of at
 // most maxGridY vectors.
 func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
-	rows := rowsPerTG // rows per group of threads
+	rows, split := rowsPerTG, 1 // rows per group of threads
 	if kernel == "gemv_q4" || kernel == "gemv_q8" {
-		rows *= qRows
+		split = b.gemvSplit(w.Rows, w.Cols, w.Bits)
+		rows = rowsPerTG / split * qRows
 	}
 	for v0 := 0; v0 < n; v0 += maxGridY {
 		nv := min(n-v0, maxGridY)
 		p := params(make([]byte, 0, sizeQGemv)).ptr(wp).ptr(sp).ptr(bp).
 			ptr(xp + uint64(4*v0*w.Cols)).ptr(yp + uint64(4*v0*w.Rows)).
-			u32(w.Rows).u32(w.Cols).u32(w.GroupSize).u32(int(w.Type)).u32(w.Bits).u32(0)
+			u32(w.Rows).u32(w.Cols).u32(w.GroupSize).u32(int(w.Type)).u32(w.Bits).u32(split)
 		if err := b.launch(kernel, [3]int{ceilDiv(w.Rows, rows), nv, 1}, tgThreads, p, sizeQGemv); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// gemvWarps is how many simdgroups a 4- or 8-bit matvec should give the
+// device at least (about 16 for each of the H200's 132 multiprocessors: a
+// quarter of what they hold, enough loads in flight for its bandwidth).
+const gemvWarps = 2048
+
+// gemvSplit is how many simdgroups share a row quad's chunks in gemv_q4,
+// gemv_q8 and their sets: the fewest (a power of two up to QP_SIMDS) that
+// give a product of rows rows at least gemvWarps simdgroups, while every
+// lane keeps a chunk of each row (a chunk is 16 bytes of a row of cols
+// bits-bit elements). A decode step's small products (a router, an
+// output projection) otherwise run on a few multiprocessors, each lane
+// walking its chunks one memory latency after another. The choice depends
+// on the shape alone, so a product's bits are the same every time.
+func (b *Backend) gemvSplit(rows, cols, bits int) int {
+	if b.splitOverride > 0 {
+		return b.splitOverride
+	}
+	return gemvSplitFor(rows, cols, bits)
+}
+
+func gemvSplitFor(rows, cols, bits int) int {
+	chunks := cols * bits / 128
+	quads := ceilDiv(rows, qRows)
+	split := 1
+	for split < rowsPerTG && quads*split < gemvWarps && chunks >= 2*split*simdWidth {
+		split *= 2
+	}
+	return split
 }
 
 // checkMatrix checks what the kernels assume of a Matrix: mlxq's own

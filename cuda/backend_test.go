@@ -177,11 +177,47 @@ func TestMatMulConformance(t *testing.T) {
 			}
 		}
 	}
+	// The 4- and 8-bit matvecs with their chunks split over 1 to 8
+	// simdgroups, whatever gemvSplit would pick for the shape.
+	for _, c := range matCases() {
+		if c.bits != 4 && c.bits != 8 {
+			continue
+		}
+		m := makeMatrix(t, r, c)
+		for _, split := range []int{1, 2, 4, 8} {
+			b.splitOverride = split
+			for _, n := range []int{1, 3} {
+				x := randVec(r, n*c.cols, 1)
+				got := make([]float32, n*c.rows)
+				b.MatMul(m, got, x, n)
+				checkMatMul(t, fmt.Sprintf("%v n=%d split %d", c, n, split), m, x, got, n)
+			}
+		}
+		b.splitOverride = 0
+	}
 	if err := b.Err(); err != nil {
 		t.Fatalf("a device error made calls fall back to the CPU: %v", err)
 	}
 	if s := b.Stats(); s.Fallbacks != 0 || s.Launches == 0 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestGemvSplitFor(t *testing.T) {
+	for _, c := range []struct{ rows, cols, bits, want int }{
+		{12352, 2048, 4, 1}, // the DeltaNet's input projections: enough row quads
+		{32768, 2048, 4, 1},
+		{2048, 4096, 4, 4}, // an output projection: 512 quads
+		{1024, 2048, 4, 2}, // 64 chunks a row: two simdgroups keep a chunk a lane
+		{256, 2048, 8, 4},  // a router: 128 chunks a row
+		{257, 2048, 8, 4},
+		{2048, 512, 4, 1}, // 16 chunks a row
+		{1, 1 << 16, 8, 8},
+		{8, 2176, 4, 2}, {8, 2176, 8, 4},
+	} {
+		if got := gemvSplitFor(c.rows, c.cols, c.bits); got != c.want {
+			t.Errorf("gemvSplitFor(%d, %d, %d) = %d, want %d", c.rows, c.cols, c.bits, got, c.want)
+		}
 	}
 }
 

@@ -48,22 +48,7 @@ func randBytes(r *rand.Rand, n int) []byte {
 func BenchmarkMatVecBandwidth(bb *testing.B) {
 	b := openOrSkip(bb)
 	r := rand.New(rand.NewPCG(7, 8))
-	const copyBytes = 1 << 30
-	src, dst := upload(bb, b, make([]byte, copyBytes)), upload(bb, b, make([]byte, copyBytes))
-	const copies = 10
-	ms, err := b.dev.timed(func() error {
-		for range copies + 2 {
-			if err := b.dev.dtod(dst, src, copyBytes); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		bb.Fatal(err)
-	}
-	copyGBs := 2 * float64(copyBytes) * (copies + 2) / (float64(ms) / 1e3) / 1e9
-	bb.Logf("copy: %.0f GB/s (read+write, %d x 1 GiB in %.2f ms)", copyGBs, copies+2, ms)
+	copyGBs := copyBandwidth(bb, b)
 	bb.ReportMetric(copyGBs, "copy-GB/s")
 
 	for _, c := range []struct{ rows, cols, bits, group int }{
@@ -105,4 +90,26 @@ func BenchmarkMatVecBandwidth(bb *testing.B) {
 			kernel, c.rows, c.cols, c.bits, c.group, 1e3*float64(ms)/reps, gbs, gbs/copyGBs)
 		bb.ReportMetric(gbs/copyGBs, "x-copy-q"+strconv.Itoa(c.bits)+"-g"+strconv.Itoa(c.group))
 	}
+}
+
+// copyBandwidth measures the device's copy bandwidth (cuMemcpyDtoD of
+// 1 GiB, bytes read plus written) and logs it.
+func copyBandwidth(bb *testing.B, b *Backend) float64 {
+	const copyBytes = 1 << 30
+	src, dst := upload(bb, b, make([]byte, copyBytes)), upload(bb, b, make([]byte, copyBytes))
+	const copies = 10
+	ms, err := b.dev.timed(func() error {
+		for range copies + 2 {
+			if err := b.dev.dtod(dst, src, copyBytes); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		bb.Fatal(err)
+	}
+	copyGBs := 2 * float64(copyBytes) * (copies + 2) / (float64(ms) / 1e3) / 1e9
+	bb.Logf("copy: %.0f GB/s (read+write, %d x 1 GiB in %.2f ms)", copyGBs, copies+2, ms)
+	return copyGBs
 }

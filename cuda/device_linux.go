@@ -110,11 +110,17 @@ type gpu struct {
 	minor    int
 	// out holds the driver's out-parameters: heap memory that cannot move
 	// while a call writes it (a Go stack can; calls are serialized).
-	out [4]uint64
+	out [5]uint64
 	// graphState: 0 not looked up, 1 the graph symbols are there, -1 not;
 	// captureInfo is the cuStreamGetCaptureInfo version found.
 	graphState  int
 	captureInfo string
+	// pdl: launches may be programmatic dependents of the kernel before
+	// (pdl.go); afterKernel: the compute stream's last operation was a
+	// kernel launch (cleared by every other call through do).
+	pdl         bool
+	afterKernel bool
+	prevGroups  int // groups of the last kernel launched
 }
 
 // outp is the address of out-parameter slot i.
@@ -200,6 +206,11 @@ func openDevice(ordinal int) (device, error) {
 		return nil, err
 	}
 	g.copier = uintptr(g.out[0])
+	p, err := purego.Dlsym(g.drv.h, "cuLaunchKernelEx")
+	if err == nil && p != 0 {
+		g.drv.fn["cuLaunchKernelEx"] = p
+	}
+	g.pdl = pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, os.Getenv)
 	return g, nil
 }
 
@@ -235,6 +246,7 @@ func (g *gpu) do(fn func() error) error {
 		return err
 	}
 	defer leave()
+	g.afterKernel = false
 	return fn()
 }
 
@@ -422,14 +434,37 @@ func kernelArgs(pin *goruntime.Pinner, params []byte) uintptr {
 	return uintptr(unsafe.Pointer(&args[0]))
 }
 
+// setDependentLaunch implements pdlSwitch.
+func (g *gpu) setDependentLaunch(on bool) bool {
+	was := g.pdl
+	g.pdl = on && pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, func(string) string { return "" })
+	return was
+}
+
+// launch queues kernel f on the compute stream: a programmatic dependent
+// of the kernel before it (pdl.go) when the stream's last operation was a
+// kernel launch.
 func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 	var pin goruntime.Pinner
 	defer pin.Unpin()
 	args := kernelArgs(&pin, params)
-	return g.do(func() error {
+	groups := int(grid[0]) * int(grid[1]) * int(grid[2])
+	dependent := g.pdl && g.afterKernel && groups <= pdlMaxGroups && g.prevGroups <= pdlMaxGroups
+	err := g.do(func() error {
+		if dependent {
+			attr := &launchAttr{id: launchAttrProgrammaticSerialization}
+			attr.value[0] = 1
+			pin.Pin(attr)
+			cfg := &launchConfig{grid: grid, block: block, stream: g.stream,
+				attrs: uintptr(unsafe.Pointer(attr)), numAttrs: 1}
+			pin.Pin(cfg)
+			return g.call("cuLaunchKernelEx", uintptr(unsafe.Pointer(cfg)), f, args, 0)
+		}
 		return g.call("cuLaunchKernel", f, uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 			uintptr(block[0]), uintptr(block[1]), uintptr(block[2]), 0, g.stream, args, 0)
 	})
+	g.afterKernel, g.prevGroups = err == nil, groups
+	return err
 }
 
 func (g *gpu) sync() error {

@@ -248,7 +248,7 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		rows, cols, group, st, bits := u32(40), u32(44), u32(48), mlxq.Float(u32(52)), u32(56)
 		per := rowsPerTG
 		if k == "gemv_q4" || k == "gemv_q8" {
-			per *= qRows
+			per = rowsPerTG / f.split(k, u32(60)) * qRows
 		}
 		if int(grid[0])*per < rows || (int(grid[0])-1)*per >= rows {
 			f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
@@ -291,6 +291,15 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	return nil
 }
 
+// split checks a matvec's split field (simdgroups sharing a row quad):
+// a power of two from 1 to QP_SIMDS.
+func (f *fakeDev) split(k string, v int) int {
+	if v < 1 || v > rowsPerTG || v&(v-1) != 0 {
+		f.t.Fatalf("%s: split %d", k, v)
+	}
+	return v
+}
+
 // gemvSetOnCPU computes a gemv_*_set launch's products with the CPU
 // backend, from the parameter block as QGemvSet lays it out, after checking
 // that the grid covers every product's row blocks and the blocks start where
@@ -307,7 +316,7 @@ func (f *fakeDev) gemvSetOnCPU(k string, grid [3]uint32, p []byte) {
 	if count < 1 || count > set {
 		f.t.Fatalf("%s: %d products", k, count)
 	}
-	per, blocks := rowsPerTG*qRows, 0
+	per, blocks := rowsPerTG/f.split(k, u32(184))*qRows, 0
 	n := int(grid[1])
 	for i := range count {
 		rows, first := u32(136+4*i), u32(152+4*i)

@@ -59,12 +59,18 @@ func (g *gpu) graphs() bool {
 // node its last call added; the capture is a chain).
 func (g *gpu) lastNode() (uintptr, error) {
 	var node uintptr
+	// A query, not an operation on the stream: the next launch may still
+	// depend programmatically on the kernel before.
+	defer func(k bool) { g.afterKernel = k }(g.afterKernel)
 	err := g.do(func() error {
 		clear(g.out[:])
 		var err error
 		if g.captureInfo == "cuStreamGetCaptureInfo_v3" {
-			// (stream, status*, id*, graph*, deps**, edgeData**, numDeps*)
-			err = g.call(g.captureInfo, g.stream, g.outp(0), g.outp(1), 0, g.outp(2), 0, g.outp(3))
+			// (stream, status*, id*, graph*, deps**, edgeData**, numDeps*);
+			// the edge data asked for too (after a dependent launch the
+			// edges need not be the default ones, and a query without
+			// them may then fail as lossy).
+			err = g.call(g.captureInfo, g.stream, g.outp(0), g.outp(1), 0, g.outp(2), g.outp(4), g.outp(3))
 		} else {
 			err = g.call(g.captureInfo, g.stream, g.outp(0), g.outp(1), 0, g.outp(2), g.outp(3))
 		}
@@ -101,6 +107,7 @@ func (g *gpu) setKernelParams(exec, node, fn uintptr, grid, block [3]uint32, par
 	defer pin.Unpin()
 	kp := &kernelNodeParams{fn: fn, grid: grid, block: block, kernelParams: kernelArgs(&pin, params)}
 	pin.Pin(kp)
+	defer func(k bool) { g.afterKernel = k }(g.afterKernel) // not an operation on the stream
 	return g.do(func() error {
 		return g.call("cuGraphExecKernelNodeSetParams_v2", exec, node, uintptr(unsafe.Pointer(kp)))
 	})

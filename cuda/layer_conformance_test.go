@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/nn/devicetest"
@@ -35,6 +36,15 @@ func TestDeviceConformanceGPU(t *testing.T) {
 	}
 	if s.RoutedLayers == 0 {
 		t.Error("RoutedExperts never routed on the GPU")
+	}
+	// The matvecs with their chunks split over 2 and 8 simdgroups (gemvSplit
+	// picks by shape, and most of the suite's small shapes get 1).
+	for _, split := range []int{2, 8} {
+		t.Run(fmt.Sprintf("split%d", split), func(t *testing.T) {
+			b.splitOverride = split
+			defer func() { b.splitOverride = 0 }()
+			devicetest.Ops(t, b.LayerDevice(), devicetest.DefaultTolerances())
+		})
 	}
 }
 

@@ -190,7 +190,16 @@ func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
 	if s.n < 1 || s.n > gemvSetMax || n < 1 || n > maxGridY {
 		return fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, s.n, n)
 	}
-	per := rowsPerTG * qRows // rows per group of threads
+	total := 0
+	for _, r := range s.rows {
+		total += r
+	}
+	bits := 4
+	if k.kernel == "gemv_q8_set" {
+		bits = 8
+	}
+	split := b.gemvSplit(total, k.cols, bits)
+	per := rowsPerTG / split * qRows // rows per group of threads
 	p := params(make([]byte, 0, sizeQGemvSet))
 	for _, a := range [][gemvSetMax]devptr{s.w, s.s, s.b, s.y} {
 		for _, v := range a {
@@ -206,6 +215,6 @@ func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
 		p = p.u32(blocks)
 		blocks += ceilDiv(r, per)
 	}
-	p = p.u32(s.n).u32(k.cols).u32(k.group).u32(k.stype)
+	p = p.u32(s.n).u32(k.cols).u32(k.group).u32(k.stype).u32(split).u32(0)
 	return b.launch(k.kernel, [3]int{blocks, n, 1}, tgThreads, p, sizeQGemvSet)
 }

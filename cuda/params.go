@@ -28,7 +28,7 @@ func (p params) f32(v float32) params {
 // Sizes of the parameter structs (the static_asserts in kernels/*.cu).
 const (
 	sizeQGemv    = 64
-	sizeQGemvSet = 184
+	sizeQGemvSet = 192
 	sizeRowNorm  = 40
 	sizeElem     = 32
 )

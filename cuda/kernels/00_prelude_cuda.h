@@ -17,11 +17,49 @@
 //     every row start, scales and biases 4-byte aligned.
 
 #define QP_KERNEL extern "C" __global__ void
+#define QP_DEVICE __device__ __forceinline__
+
+// Programmatic dependent launch (sm_90 on; cuda/pdl.go): the host may
+// launch a kernel while the kernel before it on the stream still runs, so
+// that its groups are resident and its weights on their way to the L2
+// when that one ends. qp_grid_wait() returns once every earlier kernel of
+// the stream has completed and its writes are visible (at once when the
+// kernel was launched the ordinary way); every kernel calls it before it
+// reads or writes memory another kernel may write or read: QP_ENTRY's
+// wrapper and the first statement of every QP_KERNEL call qp_grid_begin()
+// (cuda/source_test.go checks it), and only prefetches of weights (no
+// kernel writes them) may come before. qp_grid_launch_dependents() lets
+// the next kernel's groups start; called after the wait, so at most one
+// kernel waits ahead of the one running.
+QP_DEVICE void qp_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+QP_DEVICE void qp_grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+QP_DEVICE void qp_grid_begin() {
+    qp_grid_wait();
+    qp_grid_launch_dependents();
+}
+// A hint that the 128-byte line at p will be read: it is fetched into the
+// L2 (a prefetch never faults and never changes memory).
+QP_DEVICE void qp_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // QP_ENTRY(name, Params) opens a kernel of the shared bodies
 // (internal/gpukernels): one parameter struct p, by value; the host always
-// launches QP_TG threads per group.
-#define QP_ENTRY(name, P) extern "C" __global__ void __launch_bounds__(256) name(const P p)
-#define QP_DEVICE __device__ __forceinline__
+// launches QP_TG threads per group. The kernel is a wrapper that calls
+// qp_grid_begin() and then the body, an inlined function of p.
+#define QP_ENTRY(name, P)                                                   \
+    QP_DEVICE void name##_body(const P& p);                                \
+    extern "C" __global__ void __launch_bounds__(256) name(const P p) {     \
+        qp_grid_begin();                                                    \
+        name##_body(p);                                                     \
+    }                                                                       \
+    QP_DEVICE void name##_body(const P& p)
 #define QP_GLOBAL                      // address space of buffer pointers
 #define QP_SHARED __shared__           // threadgroup memory
 #define QP_SHARED_PTR                  // address space of pointers to threadgroup memory

@@ -17,7 +17,7 @@ struct QGemv {
     uint group;       // quantization group size (32, 64, 128); unused for dense
     uint stype;       // type of scales and biases, or of the dense elements
     uint bits;        // 2..8; 0 for dense
-    uint pad;
+    uint split;       // 4 and 8 bits: simdgroups that share a row quad's chunks (1, 2, 4, 8)
 };
 QP_STATIC_ASSERT(sizeof(QGemv) == 64, "QGemv layout");
 
@@ -66,94 +66,183 @@ QP_DEVICE float qp_word_dotf4(uint q, const float* x) {
     return dot;
 }
 
+// The word (0..3) of a 16-byte chunk, by a constant index once unrolled.
+QP_DEVICE uint qp_word_of(qp_uint4 q, uint i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
+
 // The partial sums of one lane for rows row0 .. row0+QP_QROWS-1 of a 4- or
-// 8-bit matrix (w, s, b) times x (cols floats): lane l takes 16-byte chunks
-// l, l+32, ... of each row (32 elements at 4 bits, 16 at 8): a chunk never
-// straddles a quantization group, since groups are >= 32 elements and
-// multiples of the chunk. Rows past the end are clamped to the last row
-// (computed, never stored), so control flow stays uniform. The caller sums
-// acc over the simdgroup (qp_simd_sum).
+// 8-bit matrix (w, s, b) times x (cols floats): the lane takes 16-byte
+// chunks c0, c0+step, ... of each row (32 elements at 4 bits, 16 at 8): a
+// chunk never straddles a quantization group, since groups are >= 32
+// elements and multiples of the chunk. Rows past the end are clamped to
+// the last row (computed, never stored), so control flow stays uniform.
+// The caller sums acc over the lanes (qp_simd_sum) and, when the chunks
+// are split over simdgroups, over those. A chunk's x is loaded one word's
+// elements at a time and used for every row, so that few registers hold
+// it (the kernel's occupancy is bound by its registers); the sums are
+// formed in the same order as with the whole chunk's x held at once.
 template <int BITS>
 QP_DEVICE void qp_rows_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b, uint rows,
-                         uint cols, uint group, uint stype, QP_GLOBAL const float* x, uint row0, uint lane,
+                         uint cols, uint group, uint stype, QP_GLOBAL const float* x, uint row0, uint c0, uint step,
                          float acc[QP_QROWS]) {
     const uint per = 128 / BITS; // elements per chunk
     const uint wper = 32 / BITS; // elements per 32-bit word
     ulong rowBytes = ulong(cols) * BITS / 8;
     ulong sRow = ulong(cols / group) * (stype == QP_F32 ? 4 : 2);
-    QP_GLOBAL const uchar* wr[QP_QROWS];
-    QP_GLOBAL const uchar* sr[QP_QROWS];
-    QP_GLOBAL const uchar* br[QP_QROWS];
+    // Row j's bytes start dw[j] (scales and biases ds[j]) after row0's:
+    // offsets below 4 * 2^30 (rows are shorter than 2^30 bytes).
+    QP_GLOBAL const uchar* w0 = w + ulong(row0) * rowBytes;
+    QP_GLOBAL const uchar* s0 = s + ulong(row0) * sRow;
+    QP_GLOBAL const uchar* b0 = b + ulong(row0) * sRow;
+    uint dw[QP_QROWS];
+    uint ds[QP_QROWS];
     QP_UNROLL
     for (uint j = 0; j < QP_QROWS; j++) {
-        ulong r = QP_MIN(row0 + j, rows - 1);
+        uint r = QP_MIN(row0 + j, rows - 1) - row0;
         acc[j] = 0.0f;
-        wr[j] = w + r * rowBytes;
-        sr[j] = s + r * sRow;
-        br[j] = b + r * sRow;
+        dw[j] = uint(r * rowBytes);
+        ds[j] = uint(r * sRow);
     }
     uint chunks = cols / per;
-    for (uint c = lane; c < chunks; c += QP_SIMD) {
+    for (uint c = c0; c < chunks; c += step) {
         uint gi = (c * per) / group;
         qp_uint4 q[QP_QROWS];
         float sc[QP_QROWS];
         float bi[QP_QROWS];
         QP_UNROLL
         for (uint j = 0; j < QP_QROWS; j++) {
-            q[j] = qp_load_uint4(wr[j] + ulong(c) * 16);
-            sc[j] = qp_load_float(sr[j], gi, stype);
-            bi[j] = qp_load_float(br[j], gi, stype);
+            q[j] = qp_load_uint4(w0 + dw[j] + ulong(c) * 16);
+            sc[j] = qp_load_float(s0 + ds[j], gi, stype);
+            bi[j] = qp_load_float(b0 + ds[j], gi, stype);
         }
-        float xv[per];
         QP_GLOBAL const float* xs = x + ulong(c) * per;
-        QP_UNROLL
-        for (uint k = 0; k < per; k += 4) {
-            qp_float4 f = qp_load_float4(xs + k);
-            xv[k] = f.x;
-            xv[k + 1] = f.y;
-            xv[k + 2] = f.z;
-            xv[k + 3] = f.w;
-        }
         float xsum = 0.0f;
+        float dot[QP_QROWS];
         QP_UNROLL
-        for (uint k = 0; k < per; k++) {
-            xsum += xv[k];
+        for (uint i = 0; i < 4; i++) {
+            float xv[wper];
+            QP_UNROLL
+            for (uint k = 0; k < wper; k += 4) {
+                qp_float4 f = qp_load_float4(xs + i * wper + k);
+                xv[k] = f.x;
+                xv[k + 1] = f.y;
+                xv[k + 2] = f.z;
+                xv[k + 3] = f.w;
+            }
+            QP_UNROLL
+            for (uint k = 0; k < wper; k++) {
+                xsum += xv[k];
+            }
+            QP_UNROLL
+            for (uint j = 0; j < QP_QROWS; j++) {
+                uint word = qp_word_of(q[j], i);
+                float d = BITS == 4 ? qp_word_dotf4(word, xv) : qp_word_dot<BITS>(word, xv);
+                dot[j] = i == 0 ? d : dot[j] + d;
+            }
         }
         QP_UNROLL
         for (uint j = 0; j < QP_QROWS; j++) {
-            float dot;
-            if (BITS == 4) {
-                dot = 16.0f * ((qp_word_dotf4(q[j].x, xv) + qp_word_dotf4(q[j].y, xv + wper) +
-                                qp_word_dotf4(q[j].z, xv + 2 * wper) + qp_word_dotf4(q[j].w, xv + 3 * wper)) -
-                               xsum);
-            } else {
-                dot = qp_word_dot<BITS>(q[j].x, xv) + qp_word_dot<BITS>(q[j].y, xv + wper) +
-                      qp_word_dot<BITS>(q[j].z, xv + 2 * wper) + qp_word_dot<BITS>(q[j].w, xv + 3 * wper);
-            }
-            acc[j] += sc[j] * dot + bi[j] * xsum;
+            float t = BITS == 4 ? 16.0f * (dot[j] - xsum) : dot[j];
+            acc[j] += sc[j] * t + bi[j] * xsum;
         }
     }
 }
 
-// 4 and 8 bits: simdgroup g of the group computes rows QP_QROWS*g ...
-// (qp_rows_q); group (x, y) = (row block, vector).
-template <int BITS>
-QP_DEVICE void qp_gemv_q(QGemv p) {
-    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
-    if (row0 >= p.rows) {
-        return; // uniform per simdgroup
+// Lines of a simdgroup's rows one lane prefetches at most (qp_prefetch_rows).
+#define QP_PREFETCH_LINES 16
+
+// Before qp_grid_begin(): the lanes of a simdgroup prefetch into the L2
+// the packed bytes, scales and biases of rows row0 .. row0+n-1 of a 4- or
+// 8-bit matrix (up to QP_PREFETCH_LINES lines a lane of each), so that
+// under a dependent launch they are read while the kernel before this one
+// still runs. Only the first vector's groups prefetch (the others' rows
+// are the same). Weights are written by copies before any kernel reads
+// them, never by a kernel, so reading them before the wait is safe.
+QP_DEVICE void qp_prefetch_lines(QP_GLOBAL const uchar* p, ulong n, uint lane) {
+    ulong start = ulong(p) & ~ulong(127);
+    ulong end = ulong(p) + n;
+    ulong a = start + ulong(lane) * 128;
+    for (uint i = 0; i < QP_PREFETCH_LINES && a < end; i++, a += 128 * QP_SIMD) {
+        qp_prefetch_l2((const void*)a);
     }
+}
+
+template <int BITS>
+QP_DEVICE void qp_prefetch_rows(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b,
+                                uint rows, uint cols, uint group, uint stype, uint row0) {
+    if (QP_GROUP_Y != 0 || row0 >= rows) {
+        return;
+    }
+    ulong n = QP_MIN(uint(QP_QROWS), rows - row0);
+    ulong rowBytes = ulong(cols) * BITS / 8;
+    ulong sRow = ulong(cols / group) * (stype == QP_F32 ? 4 : 2);
     uint lane = QP_LANE;
-    ulong v = QP_GROUP_Y;
-    float acc[QP_QROWS];
-    qp_rows_q<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, lane, acc);
+    qp_prefetch_lines(w + row0 * rowBytes, n * rowBytes, lane);
+    qp_prefetch_lines(s + row0 * sRow, n * sRow, lane);
+    qp_prefetch_lines(b + row0 * sRow, n * sRow, lane);
+}
+
+// The rows row0 .. row0+QP_QROWS-1 of y from the lanes' partial sums acc:
+// summed over the lanes and, when split > 1 simdgroups share the rows'
+// chunks, over those in order (part 0 first, through threadgroup memory),
+// then stored. Every simdgroup of the group calls it (a barrier when split
+// > 1); active says whether its rows exist (uniform per simdgroup).
+QP_DEVICE void qp_gemv_store(const float acc[QP_QROWS], bool active, uint split, uint part, float* y, uint rows,
+                             uint row0) {
+    QP_SHARED float sums[QP_SIMDS * QP_QROWS];
+    uint lane = QP_LANE;
+    uint sid = QP_SIMD_ID;
+    float t[QP_QROWS];
     QP_UNROLL
     for (uint j = 0; j < QP_QROWS; j++) {
-        float t = qp_simd_sum(acc[j]);
-        if (lane == 0 && row0 + j < p.rows) {
-            p.y[v * p.rows + row0 + j] = t;
+        t[j] = qp_simd_sum(acc[j]);
+    }
+    if (split == 1) {
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            if (active && lane == 0 && row0 + j < rows) {
+                y[row0 + j] = t[j];
+            }
+        }
+        return;
+    }
+    if (lane == 0) {
+        QP_UNROLL
+        for (uint j = 0; j < QP_QROWS; j++) {
+            sums[sid * QP_QROWS + j] = t[j];
         }
     }
+    QP_BARRIER();
+    if (active && part == 0 && lane < QP_QROWS && row0 + lane < rows) {
+        float v = sums[sid * QP_QROWS + lane];
+        for (uint k = 1; k < split; k++) {
+            v += sums[(sid + k) * QP_QROWS + lane];
+        }
+        y[row0 + lane] = v;
+    }
+}
+
+// (Tried: compiled for 4 groups a multiprocessor, 64 registers a thread
+// instead of 88, the decode step's largest products spilled and ran 10-20%
+// slower, bench DecodeKernels on the H200, 2026-12-02.)
+//
+// 4 and 8 bits: the group's simdgroups take row quads in turn, split of
+// them to a quad (each its share of the chunks: qp_rows_q); group (x, y) =
+// (row block of QP_QROWS * QP_SIMDS / split rows, vector).
+template <int BITS>
+QP_DEVICE void qp_gemv_q(QGemv p) {
+    uint split = p.split;
+    uint part = QP_SIMD_ID % split;
+    uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
+    if (part == 0) qp_prefetch_rows<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, row0);
+    qp_grid_begin();
+    bool active = row0 < p.rows;
+    ulong v = QP_GROUP_Y;
+    float acc[QP_QROWS] = {};
+    if (active) {
+        qp_rows_q<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0,
+                        part * QP_SIMD + QP_LANE, QP_SIMD * split, acc);
+    }
+    qp_gemv_store(acc, active, split, part, p.y + v * p.rows, p.rows, row0);
 }
 
 QP_KERNEL gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
@@ -180,8 +269,10 @@ struct QGemvSet {
     uint cols;
     uint group;
     uint stype;
+    uint split; // as QGemv's (row blocks of QP_QROWS * QP_SIMDS / split rows)
+    uint pad;
 };
-QP_STATIC_ASSERT(sizeof(QGemvSet) == 184, "QGemvSet layout");
+QP_STATIC_ASSERT(sizeof(QGemvSet) == 192, "QGemvSet layout");
 
 template <int BITS>
 QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
@@ -199,7 +290,6 @@ QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
     const uchar* w = p.w[0];
     const uchar* s = p.s[0];
     const uchar* b = p.b[0];
-    float* y = p.y[0];
     uint rows = p.rows[0];
     uint first = 0;
     QP_UNROLL
@@ -208,26 +298,30 @@ QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
             w = p.w[j];
             s = p.s[j];
             b = p.b[j];
-            y = p.y[j];
             rows = p.rows[j];
             first = p.first[j];
         }
     }
-    uint row0 = ((bx - first) * QP_SIMDS + QP_SIMD_ID) * QP_QROWS;
-    if (row0 >= rows) {
-        return; // uniform per simdgroup
-    }
-    uint lane = QP_LANE;
-    ulong v = QP_GROUP_Y;
-    float acc[QP_QROWS];
-    qp_rows_q<BITS>(w, s, b, rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, lane, acc);
+    uint split = p.split;
+    uint part = QP_SIMD_ID % split;
+    uint row0 = ((bx - first) * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
+    if (part == 0) qp_prefetch_rows<BITS>(w, s, b, rows, p.cols, p.group, p.stype, row0);
+    qp_grid_begin();
+    bool active = row0 < rows;
+    float* out = p.y[0];
     QP_UNROLL
-    for (uint j = 0; j < QP_QROWS; j++) {
-        float t = qp_simd_sum(acc[j]);
-        if (lane == 0 && row0 + j < rows) {
-            y[v * rows + row0 + j] = t;
+    for (uint j = 1; j < QP_GSET; j++) {
+        if (j == k) {
+            out = p.y[j];
         }
     }
+    ulong v = QP_GROUP_Y;
+    float acc[QP_QROWS] = {};
+    if (active) {
+        qp_rows_q<BITS>(w, s, b, rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, part * QP_SIMD + QP_LANE,
+                        QP_SIMD * split, acc);
+    }
+    qp_gemv_store(acc, active, split, part, out + v * rows, rows, row0);
 }
 
 QP_KERNEL gemv_q4_set(QGemvSet p) { qp_gemv_set<4>(p); }
@@ -273,6 +367,7 @@ QP_DEVICE float qp_row_qn(QP_GLOBAL const uchar* wm, QP_GLOBAL const uchar* sm, 
 
 // One row per simdgroup (qp_row_qn).
 QP_KERNEL gemv_qn(QGemv p) {
+    qp_grid_begin();
     uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
     if (row >= p.rows) {
         return;
@@ -300,6 +395,7 @@ QP_DEVICE float qp_row_dense(QP_GLOBAL const uchar* wm, uint cols, uint stype, Q
 
 // Dense weights: one row per simdgroup (qp_row_dense).
 QP_KERNEL gemv_dense(QGemv p) {
+    qp_grid_begin();
     uint row = QP_GROUP_X * QP_SIMDS + QP_SIMD_ID;
     if (row >= p.rows) {
         return;

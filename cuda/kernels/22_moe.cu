@@ -79,7 +79,7 @@ QP_DEVICE void qp_moe_rows(QP_GLOBAL const ulong* m, const MoEParams& p, QP_GLOB
     } else if constexpr (BITS == QP_MOE_QN) {
         acc[0] = qp_row_qn(w, s, b, p.cols, p.group, p.stype, p.bits, x, row0, lane);
     } else {
-        qp_rows_q<BITS>(w, s, b, p.rows, p.cols, p.group, p.stype, x, row0, lane, acc);
+        qp_rows_q<BITS>(w, s, b, p.rows, p.cols, p.group, p.stype, x, row0, lane, QP_SIMD, acc);
     }
 }
 
@@ -185,11 +185,11 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
     }
 }
 
-QP_KERNEL moe_gateup_q4(MoEParams p) { qp_moe_gateup<4>(p); }
-QP_KERNEL moe_gateup_q8(MoEParams p) { qp_moe_gateup<8>(p); }
-QP_KERNEL moe_gateup_qn(MoEParams p) { qp_moe_gateup<QP_MOE_QN>(p); }
-QP_KERNEL moe_gateup_dense(MoEParams p) { qp_moe_gateup<QP_MOE_DENSE>(p); }
-QP_KERNEL moe_down_q4(MoEParams p) { qp_moe_down<4>(p); }
-QP_KERNEL moe_down_q8(MoEParams p) { qp_moe_down<8>(p); }
-QP_KERNEL moe_down_qn(MoEParams p) { qp_moe_down<QP_MOE_QN>(p); }
-QP_KERNEL moe_down_dense(MoEParams p) { qp_moe_down<QP_MOE_DENSE>(p); }
+QP_KERNEL moe_gateup_q4(MoEParams p) { qp_grid_begin(); qp_moe_gateup<4>(p); }
+QP_KERNEL moe_gateup_q8(MoEParams p) { qp_grid_begin(); qp_moe_gateup<8>(p); }
+QP_KERNEL moe_gateup_qn(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_QN>(p); }
+QP_KERNEL moe_gateup_dense(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_DENSE>(p); }
+QP_KERNEL moe_down_q4(MoEParams p) { qp_grid_begin(); qp_moe_down<4>(p); }
+QP_KERNEL moe_down_q8(MoEParams p) { qp_grid_begin(); qp_moe_down<8>(p); }
+QP_KERNEL moe_down_qn(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_QN>(p); }
+QP_KERNEL moe_down_dense(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_DENSE>(p); }

@@ -385,15 +385,15 @@ QP_DEVICE void qp_gemm_mma(QGemm p) {
     }
 }
 
-QP_KERNEL gemm_q4(QGemm p) { qp_gemm_mma<QP_GM_Q4, QP_GM_TF32>(p); }
-QP_KERNEL gemm_q8(QGemm p) { qp_gemm_mma<QP_GM_Q8, QP_GM_TF32>(p); }
-QP_KERNEL gemm_bf16(QGemm p) { qp_gemm_mma<QP_GM_BF16, QP_GM_TF32>(p); }
-QP_KERNEL gemm_f16(QGemm p) { qp_gemm_mma<QP_GM_F16, QP_GM_TF32>(p); }
-QP_KERNEL gemm_f32(QGemm p) { qp_gemm_mma<QP_GM_F32, QP_GM_TF32>(p); }
-QP_KERNEL gemm_q4_h(QGemm p) { qp_gemm_mma<QP_GM_Q4, QP_GM_H>(p); }
-QP_KERNEL gemm_q8_h(QGemm p) { qp_gemm_mma<QP_GM_Q8, QP_GM_H>(p); }
-QP_KERNEL gemm_bf16_h(QGemm p) { qp_gemm_mma<QP_GM_BF16, QP_GM_H>(p); }
-QP_KERNEL gemm_base(QGemm p) { qp_gemm_mma<QP_GM_BF16, QP_GM_BASE>(p); }
+QP_KERNEL gemm_q4(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q4, QP_GM_TF32>(p); }
+QP_KERNEL gemm_q8(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q8, QP_GM_TF32>(p); }
+QP_KERNEL gemm_bf16(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_TF32>(p); }
+QP_KERNEL gemm_f16(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_F16, QP_GM_TF32>(p); }
+QP_KERNEL gemm_f32(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_F32, QP_GM_TF32>(p); }
+QP_KERNEL gemm_q4_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q4, QP_GM_H>(p); }
+QP_KERNEL gemm_q8_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q8, QP_GM_H>(p); }
+QP_KERNEL gemm_bf16_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_H>(p); }
+QP_KERNEL gemm_base(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_BASE>(p); }
 
 // ---- The FMA fallback.
 
@@ -428,6 +428,7 @@ QP_DEVICE float qp_gf_weight(const QGemm& p, ulong r, ulong k) {
 // n0+4tn .. +3, summing over k in order. Tiles are stored k-major
 // ([k][vector], [k][row]) so each k reads 4 consecutive values of each.
 QP_KERNEL gemm_fma(QGemm p) {
+    qp_grid_begin();
     QP_SHARED qp_float4 xs4[QP_GF_BK * QP_GF_LD / 4];
     QP_SHARED qp_float4 ws4[QP_GF_BK * QP_GF_LD / 4];
     float* xs = (float*)xs4;

@@ -15,6 +15,7 @@ QP_STATIC_ASSERT(sizeof(RowNorm) == 40, "RowNorm layout");
 
 // y = x / sqrt(mean(x^2) + eps) * w
 QP_KERNEL rms_norm(RowNorm p) {
+    qp_grid_begin();
     QP_SHARED float part[QP_SIMDS];
     ulong r = QP_GROUP_X;
     uint tid = QP_TID;

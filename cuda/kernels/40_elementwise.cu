@@ -11,6 +11,7 @@ QP_STATIC_ASSERT(sizeof(Elem) == 32, "Elem layout");
 
 // y = silu(a) * b (SwiGLU: a = gate, b = up)
 QP_KERNEL swiglu(Elem p) {
+    qp_grid_begin();
     uint i = QP_GLOBAL_X;
     if (i >= p.n) {
         return;

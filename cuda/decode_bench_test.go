@@ -1,0 +1,145 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime/mlxq"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// BenchmarkDecodeKernels measures single kernels at the shapes of one
+// decode step (the 35B's dims: hidden 2048), each launched reps times as
+// one CUDA graph, so the host's launch cost is out of the figure and what
+// is left is the GPU's time per kernel, the gap between two included; the
+// weights rotate over copies larger together than the L2, as a step's
+// layers do. Each case runs with dependent launches off and on. The
+// baseline, measured in the same run: the device's copy bandwidth, and a
+// 256-float scale (the floor of a kernel node).
+func BenchmarkDecodeKernels(bb *testing.B) {
+	b := openOrSkip(bb)
+	if r, ok := b.dev.(*recorder); ok { // the graphs below are captured by hand
+		if err := r.flush(); err != nil {
+			bb.Fatal(err)
+		}
+		b.dev = r.d
+		defer func() { b.dev = r }()
+	}
+	gr, ok := b.dev.(grapher)
+	sw, ok2 := b.dev.(pdlSwitch)
+	if !ok || !ok2 {
+		bb.Skip("no graphs or no dependent-launch switch on this device")
+	}
+	defer sw.setDependentLaunch(sw.setDependentLaunch(true))
+	copyGBs := copyBandwidth(bb, b)
+	r := rand.New(rand.NewPCG(3, 4))
+	const reps = 96
+
+	type kcase struct {
+		name  string
+		bytes int               // bytes one launch reads and writes
+		run   func(i int) error // launch number i
+		split int               // a matvec's gemvSplit (0: not a matvec)
+	}
+	matCase := func(rows, cols, bits, group int) kcase {
+		w := mlxq.Matrix{Rows: rows, Cols: cols, Bits: bits, GroupSize: group, Type: mlxq.BF16}
+		kernel, _ := gemvKernel(w)
+		nsb := rows * (cols / group) * 2
+		bytes := rows*w.RowBytes() + 2*nsb + 4*cols + 4*rows
+		copies := min(64, max(1, (256<<20)/bytes))
+		scales := make([]byte, nsb)
+		for i := 0; i < nsb; i += 2 {
+			binary.LittleEndian.PutUint16(scales[i:], mlxq.F32ToBF16(0.001+0.01*r.Float32()))
+		}
+		var ws, ss []devptr
+		for range copies {
+			ws = append(ws, upload(bb, b, randBytes(r, rows*w.RowBytes())))
+			ss = append(ss, upload(bb, b, scales))
+		}
+		xs := make([]byte, 4*cols)
+		mlxq.EncodeFloats(xs, randVec(r, cols, 1), mlxq.F32)
+		xp, yp := upload(bb, b, xs), upload(bb, b, make([]byte, 4*rows))
+		return kcase{fmt.Sprintf("%s [%d, %d] q%d g%d", kernel, rows, cols, bits, group), bytes, func(i int) error {
+			c := i % copies
+			return b.gemv(kernel, ws[c], ss[c], ss[c], xp, yp, w, 1)
+		}, gemvSplitFor(rows, cols, bits)}
+	}
+	const hidden = 2048
+	x := upload(bb, b, make([]byte, 4*hidden))
+	res := upload(bb, b, make([]byte, 4*hidden))
+	y := upload(bb, b, make([]byte, 4*hidden))
+	nw := upload(bb, b, make([]byte, 4*hidden))
+	cases := []kcase{
+		{"scale [256]", 2 * 4 * 256, func(int) error { return b.kScale(x, 1, 256) }, 0},
+		{"add_rms_norm_rows [1, 2048]", 5 * 4 * hidden, func(int) error {
+			return b.kAddRMSNorm(x, res, y, nw, nn.NormSpec{Rows: 1, Width: hidden, Eps: 1e-6, Kind: nn.NormWeight})
+		}, 0},
+		matCase(12352, hidden, 4, 32), // the DeltaNet's input projections
+		matCase(9216, hidden, 4, 32),  // attention q (gated), k, v
+		matCase(hidden, 4096, 4, 32),  // the DeltaNet's output projection
+		matCase(1024, hidden, 4, 32),  // one expert's gate and up
+		matCase(hidden, 512, 4, 32),   // one expert's down
+		matCase(256, hidden, 8, 64),   // a router
+		matCase(32768, hidden, 4, 32), // lm_head of the benchmark's vocabulary
+	}
+	time := func(c kcase, pdl bool, split int) float64 {
+		sw.setDependentLaunch(pdl)
+		b.splitOverride = split
+		defer func() { b.splitOverride = 0 }()
+		ms, err := graphTime(b, gr, reps, c.run)
+		if err != nil {
+			bb.Fatalf("%s: %v", c.name, err)
+		}
+		return 1e3 * ms / reps
+	}
+	for _, c := range cases {
+		us, off := time(c, true, 0), time(c, false, 0)
+		gbs := float64(c.bytes) / (us * 1e3)
+		line := fmt.Sprintf("%-34s %9d B: %7.2f us a kernel (dependent launches off: %7.2f), %6.0f GB/s = %.2fx the copy bandwidth",
+			c.name, c.bytes, us, off, gbs, gbs/copyGBs)
+		if c.split > 1 {
+			line += fmt.Sprintf("; split %d (unsplit: %.2f us)", c.split, time(c, true, 1))
+		}
+		bb.Log(line)
+	}
+}
+
+// graphTime captures n launches of run into a graph, launches it once to
+// warm up and then three times, and returns the fastest launch's GPU time
+// in milliseconds.
+func graphTime(b *Backend, gr grapher, n int, run func(i int) error) (float64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := gr.beginCapture(); err != nil {
+		return 0, err
+	}
+	for i := range n {
+		if err := run(i); err != nil {
+			gr.endCapture()
+			return 0, err
+		}
+	}
+	g, err := gr.endCapture()
+	if err != nil {
+		return 0, err
+	}
+	defer gr.destroyGraph(g)
+	exec, err := gr.instantiate(g)
+	if err != nil {
+		return 0, err
+	}
+	defer gr.destroyExec(exec)
+	best := -1.0
+	for i := range 4 {
+		ms, err := b.dev.timed(func() error { return gr.graphLaunch(exec) })
+		if err != nil {
+			return 0, err
+		}
+		if i > 0 && (best < 0 || float64(ms) < best) {
+			best = float64(ms)
+		}
+	}
+	return best, nil
+}
