@@ -458,7 +458,7 @@ func (b *Backend) matMul(w mlxq.Matrix, y, x []float32, n int) error {
 func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, n int) error {
 	rows, split := rowsPerTG, 1 // rows per group of threads
 	if kernel == "gemv_q4" || kernel == "gemv_q8" {
-		split = b.gemvSplit(w.Rows, w.Cols, w.Bits)
+		split = b.gemvSplit(w.Rows, w.Cols, w.Bits, min(n, maxGridY))
 		rows = rowsPerTG / split * qRows
 	}
 	for v0 := 0; v0 < n; v0 += maxGridY {
@@ -480,22 +480,22 @@ const gemvWarps = 2048
 
 // gemvSplit is how many simdgroups share a row quad's chunks in gemv_q4,
 // gemv_q8 and their sets: the fewest (a power of two up to QP_SIMDS) that
-// give a product of rows rows at least gemvWarps simdgroups, while every
-// lane keeps a chunk of each row (a chunk is 16 bytes of a row of cols
-// bits-bit elements). A decode step's small products (a router, an
+// give a product of rows rows for n vectors (each its own groups) at least
+// gemvWarps simdgroups, while every lane keeps a chunk of each row (a
+// chunk is 16 bytes of a row of cols bits-bit elements). A decode step's small products (a router, an
 // output projection) otherwise run on a few multiprocessors, each lane
 // walking its chunks one memory latency after another. The choice depends
 // on the shape alone, so a product's bits are the same every time.
-func (b *Backend) gemvSplit(rows, cols, bits int) int {
+func (b *Backend) gemvSplit(rows, cols, bits, n int) int {
 	if b.splitOverride > 0 {
 		return b.splitOverride
 	}
-	return gemvSplitFor(rows, cols, bits)
+	return gemvSplitFor(rows, cols, bits, n)
 }
 
-func gemvSplitFor(rows, cols, bits int) int {
+func gemvSplitFor(rows, cols, bits, n int) int {
 	chunks := cols * bits / 128
-	quads := ceilDiv(rows, qRows)
+	quads := ceilDiv(rows, qRows) * n
 	split := 1
 	for split < rowsPerTG && quads*split < gemvWarps && chunks >= 2*split*simdWidth {
 		split *= 2

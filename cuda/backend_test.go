@@ -215,8 +215,17 @@ func TestGemvSplitFor(t *testing.T) {
 		{1, 1 << 16, 8, 8},
 		{8, 2176, 4, 2}, {8, 2176, 8, 4},
 	} {
-		if got := gemvSplitFor(c.rows, c.cols, c.bits); got != c.want {
-			t.Errorf("gemvSplitFor(%d, %d, %d) = %d, want %d", c.rows, c.cols, c.bits, got, c.want)
+		if got := gemvSplitFor(c.rows, c.cols, c.bits, 1); got != c.want {
+			t.Errorf("gemvSplitFor(%d, %d, %d, 1) = %d, want %d", c.rows, c.cols, c.bits, got, c.want)
+		}
+	}
+}
+
+// Vectors have groups of their own: a batch of them needs no split.
+func TestGemvSplitForVectors(t *testing.T) {
+	for _, c := range []struct{ rows, n, want int }{{2048, 1, 4}, {2048, 2, 2}, {2048, 4, 1}, {1024, 8, 1}, {256, 2, 4}} {
+		if got := gemvSplitFor(c.rows, 4096, 4, c.n); got != c.want {
+			t.Errorf("gemvSplitFor(%d, 4096, 4, %d) = %d, want %d", c.rows, c.n, got, c.want)
 		}
 	}
 }

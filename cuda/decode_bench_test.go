@@ -64,7 +64,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		return kcase{fmt.Sprintf("%s [%d, %d] q%d g%d", kernel, rows, cols, bits, group), bytes, func(i int) error {
 			c := i % copies
 			return b.gemv(kernel, ws[c], ss[c], ss[c], xp, yp, w, 1)
-		}, gemvSplitFor(rows, cols, bits)}
+		}, gemvSplitFor(rows, cols, bits, 1)}
 	}
 	const hidden = 2048
 	x := upload(bb, b, make([]byte, 4*hidden))

@@ -120,7 +120,8 @@ type gpu struct {
 	// kernel launch (cleared by every other call through do).
 	pdl         bool
 	afterKernel bool
-	prevGroups  int // groups of the last kernel launched
+	prevGroups  int  // groups of the last kernel launched
+	capturing   bool // between beginCapture and endCapture
 }
 
 // outp is the address of out-parameter slot i.
@@ -449,7 +450,7 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 	defer pin.Unpin()
 	args := kernelArgs(&pin, params)
 	groups := int(grid[0]) * int(grid[1]) * int(grid[2])
-	dependent := g.pdl && g.afterKernel && groups <= pdlMaxGroups && g.prevGroups <= pdlMaxGroups
+	dependent := g.pdl && g.capturing && g.afterKernel && groups <= pdlMaxGroups && g.prevGroups <= pdlMaxGroups
 	err := g.do(func() error {
 		if dependent {
 			attr := &launchAttr{id: launchAttrProgrammaticSerialization}

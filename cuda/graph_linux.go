@@ -117,10 +117,13 @@ func (g *gpu) beginCapture() error {
 	if !g.graphs() {
 		return errNoGraphs
 	}
-	return g.do(func() error { return g.call("cuStreamBeginCapture_v2", g.stream, captureModeRelaxed) })
+	err := g.do(func() error { return g.call("cuStreamBeginCapture_v2", g.stream, captureModeRelaxed) })
+	g.capturing = err == nil
+	return err
 }
 
 func (g *gpu) endCapture() (uintptr, error) {
+	g.capturing = false
 	return g.callOut("cuStreamEndCapture", g.stream, g.outp(0))
 }
 

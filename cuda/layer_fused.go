@@ -198,7 +198,7 @@ func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
 	if k.kernel == "gemv_q8_set" {
 		bits = 8
 	}
-	split := b.gemvSplit(total, k.cols, bits)
+	split := b.gemvSplit(total, k.cols, bits, n)
 	per := rowsPerTG / split * qRows // rows per group of threads
 	p := params(make([]byte, 0, sizeQGemvSet))
 	for _, a := range [][gemvSetMax]devptr{s.w, s.s, s.b, s.y} {

@@ -11,11 +11,14 @@ package cuda
 // kernel before, and the matvecs' weights (which no kernel writes) are
 // prefetched into the L2 before the wait.
 //
-// The attribute is set only on a launch whose previous operation on the
-// compute stream was a kernel launch (copies, memsets, event waits and
-// graph launches in between order the stream the ordinary way), when both
-// kernels have at most pdlMaxGroups groups, and never when
-// QPACK_CUDA_PDL=0. Every kernel calls qp_grid_begin() before it
+// The attribute is set only on a launch captured into a CUDA graph (the
+// recorder's: a decode step's layers, replayed at no host cost per node;
+// launched one by one, as a prefill's are, cuLaunchKernelEx costs the host
+// more than cuLaunchKernel and a 4,096-token prefill, host-bound, ran
+// 6-9% slower), whose previous operation on the compute stream was a
+// kernel launch (copies, memsets, event waits and graph launches in
+// between order the stream the ordinary way), when both kernels have at
+// most pdlMaxGroups groups, and never when QPACK_CUDA_PDL=0. Every kernel calls qp_grid_begin() before it
 // touches memory another kernel writes or reads (cuda/source_test.go).
 
 const pdlEnv = "QPACK_CUDA_PDL"
@@ -23,9 +26,8 @@ const pdlEnv = "QPACK_CUDA_PDL"
 // pdlMaxGroups bounds the grids of kernels launched as dependents, and of
 // the kernels they depend on: a decode step's kernels have at most ~1,000
 // groups (its largest matvec, lm_head at 32K rows) and gain 0.3-1 us each
-// (bench DecodeKernels); with every launch dependent, a 4,096-token
-// prefill (gemms and norms of thousands of groups) ran 7-10% slower on the
-// H200 (4,641 vs 5,015 and 4,558 vs 5,083 tok/s, bench/gpu, 2026-12-02).
+// (bench DecodeKernels, in graphs); a long kernel of many waves has little
+// to gain from hiding one launch.
 const pdlMaxGroups = 1024
 
 // CUlaunchAttributeID CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
