@@ -64,12 +64,13 @@ type Stats struct {
 	Fallbacks     int64 // calls computed on the CPU after a device error
 
 	// The whole-layer device (Layer).
-	HostOps      int64 // layer ops computed on the host (no kernel for them yet)
-	ExpertHits   int64 // Expert and CachedExpert calls served by the device expert cache
-	ExpertMisses int64 // experts copied into the device expert cache
-	ExpertBytes  int64 // bytes copied into device expert slots
-	ExpertEvicts int64 // slots given to another expert
-	RoutedLayers int64 // sparse layers routed on the device (nn.ExpertRouter: no wait, no expert source)
+	HostOps       int64 // layer ops computed on the host (no kernel for them yet)
+	ExpertHits    int64 // Expert and CachedExpert calls served by the device expert cache
+	ExpertMisses  int64 // experts copied into the device expert cache
+	ExpertBytes   int64 // bytes copied into device expert slots
+	ExpertEvicts  int64 // slots given to another expert
+	RoutedLayers  int64 // sparse layers routed on the device (nn.ExpertRouter: no wait, no expert source)
+	GroupedLayers int64 // chunks whose routed experts ran as grouped products (nn.ExpertGrouper)
 
 	// CUDA graphs (record.go): queues submitted as one graph launch, the
 	// ops those launches ran, and the graphs captured.

@@ -280,6 +280,10 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 			f.moeKernel(k, grid, p)
 			break
 		}
+		if strings.HasPrefix(k, "gemm_group_") {
+			f.gemmGroupOnCPU(k, grid, p)
+			break
+		}
 		if strings.HasPrefix(k, "gemm_") {
 			if !f.gemmLaunchOnly {
 				f.gemmOnCPU(k, decodeGemm(p))
@@ -362,6 +366,54 @@ func (f *fakeDev) gemmOnCPU(kernel string, p gemmParams) {
 	runtime.CPU{}.MatMul(m, y, x, p.n)
 	for v := range p.n {
 		copy(f32s(f.at(p.y+uint64(4*v*p.ldy), 4*p.rows)), y[v*p.rows:(v+1)*p.rows])
+	}
+}
+
+// gemmGroupOnCPU computes a gemm_group_* launch with the CPU backend, tile
+// by tile, from the parameter block and the tiles in device memory (as
+// QGemmGroup and QGemmTile lay them out), after checking the grid and
+// each tile's positions.
+func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
+	u64 := func(b []byte, i int) devptr { return binary.LittleEndian.Uint64(b[8*i:]) }
+	u32 := func(b []byte, off int) int { return int(binary.LittleEndian.Uint32(b[off:])) }
+	if len(p) != sizeQGemmGroup {
+		f.t.Fatalf("%s: %d parameter bytes", k, len(p))
+	}
+	tiles, xp, xrow, yrow := u64(p, 0), u64(p, 1), u64(p, 2), u64(p, 3)
+	rows, cols, group, st, ldy := u32(p, 32), u32(p, 36), u32(p, 40), mlxq.Float(u32(p, 44)), u32(p, 48)
+	bits := 4
+	if k == "gemm_group_q8" {
+		bits = 8
+	}
+	if int(grid[1]) != ceilDiv(rows, gemmBN) || grid[2] != 1 || grid[0] < 1 {
+		f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
+	}
+	row := func(ix devptr, v int) int {
+		if ix == 0 {
+			return v
+		}
+		return int(int32(binary.LittleEndian.Uint32(f.at(ix+uint64(4*v), 4))))
+	}
+	for t := range int(grid[0]) {
+		tb := f.at(tiles+uint64(t*sizeQGemmTile), sizeQGemmTile)
+		m0, m1 := u32(tb, 32), u32(tb, 36)
+		if m1 <= m0 || m1-m0 > gemmBM {
+			f.t.Fatalf("%s: tile %d holds positions %d..%d", k, t, m0, m1)
+		}
+		sb := rows * (cols / group) * st.Size()
+		m, err := mlxq.NewQuantized(rows, cols, bits, group, st, f.at(u64(tb, 0), rows*cols*bits/8), f.at(u64(tb, 1), sb), f.at(u64(tb, 2), sb))
+		if err != nil {
+			f.t.Fatalf("%s: tile %d: %v", k, t, err)
+		}
+		n := m1 - m0
+		x, y := make([]float32, n*cols), make([]float32, n*rows)
+		for v := range n {
+			copy(x[v*cols:(v+1)*cols], f32s(f.at(xp+uint64(4*row(xrow, m0+v)*cols), 4*cols)))
+		}
+		runtime.CPU{}.MatMul(m, y, x, n)
+		for v := range n {
+			copy(f32s(f.at(u64(tb, 3)+uint64(4*row(yrow, m0+v)*ldy), 4*rows)), y[v*rows:(v+1)*rows])
+		}
 	}
 }
 

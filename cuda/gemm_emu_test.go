@@ -91,6 +91,8 @@ func emuCases() []emuCase {
 		{"gemm_q4", matCase{64, 256, 4, 128, mlxq.F32}, 5},
 		{"gemm_q8", matCase{140, 128, 8, 64, mlxq.F16}, 20},
 		{"gemm_q8", matCase{3, 384, 8, 128, mlxq.BF16}, 129},
+		{"gemm_group_q4", matCase{129, 96, 4, 32, mlxq.BF16}, 300},
+		{"gemm_group_q8", matCase{140, 128, 8, 64, mlxq.F16}, 261},
 		{"gemm_bf16", matCase{130, 64, 0, 0, mlxq.BF16}, 129},
 		{"gemm_f16", matCase{9, 32, 0, 0, mlxq.F16}, 17},
 		{"gemm_f32", matCase{200, 96, 0, 0, mlxq.F32}, 33},
@@ -139,6 +141,15 @@ func TestGemmEmulated(t *testing.T) {
 		}
 		got := runEmu(t, bin, c.kernel, m, xb, c.n)
 		worst := checkMatMulWithin(t, fmt.Sprintf("%s %v n=%d", c.kernel, c.c, c.n), m, x, got, c.n, emuTol(c.kernel))
+		if plain, ok := strings.CutPrefix(c.kernel, "gemm_group_"); ok {
+			// The grouped tiles give each output the plain kernel's bits.
+			want := runEmu(t, bin, "gemm_"+plain, m, xb, c.n)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s %v: output %d is %g, gemm_%s gives %g", c.kernel, c.c, i, got[i], plain, want[i])
+				}
+			}
+		}
 		t.Logf("%s %v n=%d: largest |emu - cpu| / sum|w x| = %.3g", c.kernel, c.c, c.n, worst)
 	}
 	for _, k := range kernelNames {

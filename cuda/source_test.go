@@ -17,7 +17,8 @@ func TestParamStructSizes(t *testing.T) {
 		"NormRows": sizeNormRows, "RoPEParams": sizeRoPE, "AttnParams": sizeAttn, "AttnMerge": sizeAttnMerge, "DNConv": sizeDNConv,
 		"DNNorm": sizeDNNorm, "DNRec": sizeDNRec, "Unary": sizeUnary, "Binary": sizeBinary,
 		"SigmoidMulParams": sizeSigmoidMul, "AddGatedParams": sizeAddGated, "CombineParams": sizeCombine,
-		"GatherParams": sizeGather, "RowsParams": sizeRows, "RouteParams": sizeRoute, "MoEParams": sizeMoE} {
+		"GatherParams": sizeGather, "RowsParams": sizeRows, "RouteParams": sizeRoute, "MoEParams": sizeMoE,
+		"QGemm": sizeQGemm, "QGemmGroup": sizeQGemmGroup, "QGemmTile": sizeQGemmTile} {
 		re := regexp.MustCompile(`static_assert\(sizeof\(` + name + `\) == (\d+)|QP_STATIC_ASSERT\(sizeof\(` + name + `\) == (\d+)`)
 		m := re.FindStringSubmatch(src)
 		if m == nil {

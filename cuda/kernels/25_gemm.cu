@@ -60,6 +60,58 @@ struct QGemm {
 };
 QP_STATIC_ASSERT(sizeof(QGemm) == 72, "QGemm layout");
 
+// Grouped products (a chunk's routed experts, prefill): one launch computes
+// many products of one shape, each a tile of up to QP_GM_BM positions:
+//
+//   Y[yr(v)][r] = sum_k X[xr(v)][k] * W_t[r][k]   for v in [m0, m1) of tile t
+//
+// with xr(v) = xrow[v] and yr(v) = yrow[v] (each the identity where 0): the
+// positions are the chunk's (token, expert) slots grouped by expert, xrow
+// gathers a slot's token row, yrow scatters its output row, and each tile
+// names its expert's matrix (w, s, b) and its output base y. Group (x, y) =
+// (tile, block of QP_GM_BN weight rows). Each output is the tf32 kernel's
+// arithmetic on the same row of X and W (the same bits as gemm_q4/gemm_q8
+// of that expert on those vectors, whatever the tile holds besides).
+struct QGemmTile {
+    const uchar* w; // the tile's matrix: packed weight, scales, biases
+    const uchar* s;
+    const uchar* b;
+    float* y;       // output base (rows yr(v) of stride ldy)
+    uint m0;        // positions m0 .. m1-1, 0 < m1 - m0 <= QP_GM_BM
+    uint m1;
+};
+QP_STATIC_ASSERT(sizeof(QGemmTile) == 40, "QGemmTile layout");
+
+struct QGemmGroup {
+    const QGemmTile* tiles; // [grid x]
+    const float* x;         // input rows of cols floats
+    const int* xrow;        // [positions] input row of each, or 0 (the identity)
+    const int* yrow;        // [positions] output row of each, or 0 (the identity)
+    uint rows;              // of every tile's matrix
+    uint cols;
+    uint group;
+    uint stype;
+    uint ldy;
+    uint pad;
+};
+QP_STATIC_ASSERT(sizeof(QGemmGroup) == 56, "QGemmGroup layout");
+
+// What one group of the tensor-core kernel computes: positions m0 .. m1-1
+// (input row xr(v), output row yr(v)) times the weight rows from n0 of
+// (w, s, b). gemm_* take positions QP_GROUP_X * QP_GM_BM .. n (identity
+// rows), gemm_group_* their tile's.
+struct QpGmView {
+    const uchar* w;
+    const uchar* s;
+    const uchar* b;
+    const float* x;
+    float* y;
+    const int* xrow;
+    const int* yrow;
+    uint m0, m1;
+    uint rows, cols, group, stype, ldy;
+};
+
 #define QP_GM_BM 128 // vectors (rows of X and Y) per group of threads
 #define QP_GM_BN 128 // weight rows (columns of Y) per group of threads
 #define QP_GM_BK 32  // the host's column multiple (a bf16 step; two tf32 steps)
@@ -162,28 +214,39 @@ struct QpGmRegs {
     float s, b;
 };
 
+// The input rows of the thread's share of the X tile (qp_gm_load's rows,
+// clamped to the last position: computed, never stored), found once.
+template <int PREC>
+QP_DEVICE void qp_gm_xrows(const QpGmView& p, uint xr[4]) {
+    uint tid = QP_TID;
+    const uint n = PREC == QP_GM_H ? 4 : 2; // rows a thread loads
+    QP_UNROLL
+    for (uint j = 0; j < n; j++) {
+        uint v = PREC == QP_GM_H ? p.m0 + tid / 8 + 32 * j : p.m0 + tid / 4 + 64 * j;
+        v = QP_MIN(v, p.m1 - 1);
+        xr[j] = p.xrow != 0 ? uint(p.xrow[v]) : v;
+    }
+}
+
 template <int WK, int PREC>
-QP_DEVICE void qp_gm_load(const QGemm& p, uint m0, uint n0, uint k0, QpGmRegs& R) {
+QP_DEVICE void qp_gm_load(const QpGmView& p, const uint xr[4], uint n0, uint k0, QpGmRegs& R) {
     const uint E = PREC == QP_GM_TF32 ? 16 : 32; // columns per step
     uint tid = QP_TID;
     if (PREC == QP_GM_BASE) {
         QP_UNROLL
         for (uint j = 0; j < 2; j++) {
-            ulong v = QP_MIN(m0 + tid / 4 + 64 * j, p.n - 1); // clamped: computed, never stored
-            QP_GLOBAL const uchar* src = (QP_GLOBAL const uchar*)p.x + (v * p.cols + k0 + 8 * (tid % 4)) * 2;
+            QP_GLOBAL const uchar* src = (QP_GLOBAL const uchar*)p.x + (ulong(xr[j]) * p.cols + k0 + 8 * (tid % 4)) * 2;
             R.xh[j] = qp_load_uint4(src);
         }
     } else if (PREC == QP_GM_H) {
         QP_UNROLL
         for (uint j = 0; j < 4; j++) {
-            ulong v = QP_MIN(m0 + tid / 8 + 32 * j, p.n - 1);
-            R.xf[j] = qp_load_float4(p.x + v * p.cols + k0 + 4 * (tid % 8));
+            R.xf[j] = qp_load_float4(p.x + ulong(xr[j]) * p.cols + k0 + 4 * (tid % 8));
         }
     } else {
         QP_UNROLL
         for (uint j = 0; j < 2; j++) {
-            ulong v = QP_MIN(m0 + tid / 4 + 64 * j, p.n - 1);
-            R.xf[j] = qp_load_float4(p.x + v * p.cols + k0 + 4 * (tid % 4));
+            R.xf[j] = qp_load_float4(p.x + ulong(xr[j]) * p.cols + k0 + 4 * (tid % 4));
         }
     }
     const uint words = E / 2 * QP_GM_WBITS(WK) / 32; // 1, 2, 4 or 8
@@ -285,13 +348,11 @@ QP_DEVICE void qp_gm_store(uint* xs, uint* ws, const QpGmRegs& R) {
 }
 
 template <int WK, int PREC>
-QP_DEVICE void qp_gemm_mma(QGemm p) {
+QP_DEVICE void qp_gemm_mma(const QpGmView& p, uint n0) {
     // [buffer][X tile, W tile]: 2 * 2 * 128 * 20 words = 40 KiB.
     QP_SHARED qp_uint4 smem[2 * 2 * QP_GM_TILE / 4];
     uint* sm = (uint*)smem;
     const uint E = PREC == QP_GM_TF32 ? 16 : 32; // columns per step
-    uint m0 = QP_GROUP_X * QP_GM_BM;
-    uint n0 = QP_GROUP_Y * QP_GM_BN;
     uint warp = QP_SIMD_ID;
     uint lane = QP_LANE;
     uint g = lane >> 2;
@@ -312,15 +373,17 @@ QP_DEVICE void qp_gemm_mma(QGemm p) {
     }
 
     uint steps = p.cols / E;
+    uint xr[4];
+    qp_gm_xrows<PREC>(p, xr);
     QpGmRegs R;
-    qp_gm_load<WK, PREC>(p, m0, n0, 0, R);
+    qp_gm_load<WK, PREC>(p, xr, n0, 0, R);
     qp_gm_store<WK, PREC>(sm, sm + QP_GM_TILE, R);
     QP_BARRIER();
     for (uint st = 0; st < steps; st++) {
         // Issue the next step's global loads first (registers only).
         bool more = st + 1 < steps; // uniform
         if (more) {
-            qp_gm_load<WK, PREC>(p, m0, n0, (st + 1) * E, R);
+            qp_gm_load<WK, PREC>(p, xr, n0, (st + 1) * E, R);
         }
         const uint* xs = sm + (st & 1u) * 2 * QP_GM_TILE;
         const uint* ws = xs + QP_GM_TILE;
@@ -370,9 +433,9 @@ QP_DEVICE void qp_gemm_mma(QGemm p) {
             uint c = n0 + wn + 8 * j + 2 * t;
             QP_UNROLL
             for (uint h = 0; h < 2; h++) {
-                uint v = m0 + wm + 16 * i + g + 8 * h;
-                if (v < p.n) {
-                    QP_GLOBAL float* y = p.y + ulong(v) * p.ldy;
+                uint v = p.m0 + wm + 16 * i + g + 8 * h;
+                if (v < p.m1) {
+                    QP_GLOBAL float* y = p.y + ulong(p.yrow != 0 ? uint(p.yrow[v]) : v) * p.ldy;
                     if (c < p.rows) {
                         y[c] = acc[i][j][2 * h];
                     }
@@ -385,15 +448,64 @@ QP_DEVICE void qp_gemm_mma(QGemm p) {
     }
 }
 
-QP_KERNEL gemm_q4(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q4, QP_GM_TF32>(p); }
-QP_KERNEL gemm_q8(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q8, QP_GM_TF32>(p); }
-QP_KERNEL gemm_bf16(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_TF32>(p); }
-QP_KERNEL gemm_f16(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_F16, QP_GM_TF32>(p); }
-QP_KERNEL gemm_f32(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_F32, QP_GM_TF32>(p); }
-QP_KERNEL gemm_q4_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q4, QP_GM_H>(p); }
-QP_KERNEL gemm_q8_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_Q8, QP_GM_H>(p); }
-QP_KERNEL gemm_bf16_h(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_H>(p); }
-QP_KERNEL gemm_base(QGemm p) { qp_grid_begin(); qp_gemm_mma<QP_GM_BF16, QP_GM_BASE>(p); }
+// The view of gemm_*'s group: positions from QP_GROUP_X * QP_GM_BM to n.
+QP_DEVICE QpGmView qp_gm_plain(const QGemm& p) {
+    QpGmView v;
+    v.w = p.w;
+    v.s = p.s;
+    v.b = p.b;
+    v.x = p.x;
+    v.y = p.y;
+    v.xrow = 0;
+    v.yrow = 0;
+    v.m0 = QP_GROUP_X * QP_GM_BM;
+    v.m1 = p.n;
+    v.rows = p.rows;
+    v.cols = p.cols;
+    v.group = p.group;
+    v.stype = p.stype;
+    v.ldy = p.ldy;
+    return v;
+}
+
+template <int WK, int PREC>
+QP_DEVICE void qp_gemm_plain(const QGemm& p) {
+    qp_gemm_mma<WK, PREC>(qp_gm_plain(p), QP_GROUP_Y * QP_GM_BN);
+}
+
+// gemm_group_*: tile QP_GROUP_X of p.tiles (the tf32 kernel).
+template <int WK>
+QP_DEVICE void qp_gemm_group(const QGemmGroup& p) {
+    QP_GLOBAL const QGemmTile* t = p.tiles + QP_GROUP_X;
+    QpGmView v;
+    v.w = t->w;
+    v.s = t->s;
+    v.b = t->b;
+    v.x = p.x;
+    v.y = t->y;
+    v.xrow = p.xrow;
+    v.yrow = p.yrow;
+    v.m0 = t->m0;
+    v.m1 = t->m1;
+    v.rows = p.rows;
+    v.cols = p.cols;
+    v.group = p.group;
+    v.stype = p.stype;
+    v.ldy = p.ldy;
+    qp_gemm_mma<WK, QP_GM_TF32>(v, QP_GROUP_Y * QP_GM_BN);
+}
+
+QP_KERNEL gemm_q4(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_Q4, QP_GM_TF32>(p); }
+QP_KERNEL gemm_q8(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_Q8, QP_GM_TF32>(p); }
+QP_KERNEL gemm_bf16(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_BF16, QP_GM_TF32>(p); }
+QP_KERNEL gemm_f16(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_F16, QP_GM_TF32>(p); }
+QP_KERNEL gemm_f32(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_F32, QP_GM_TF32>(p); }
+QP_KERNEL gemm_q4_h(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_Q4, QP_GM_H>(p); }
+QP_KERNEL gemm_q8_h(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_Q8, QP_GM_H>(p); }
+QP_KERNEL gemm_bf16_h(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_BF16, QP_GM_H>(p); }
+QP_KERNEL gemm_base(QGemm p) { qp_grid_begin(); qp_gemm_plain<QP_GM_BF16, QP_GM_BASE>(p); }
+QP_KERNEL gemm_group_q4(QGemmGroup p) { qp_grid_begin(); qp_gemm_group<QP_GM_Q4>(p); }
+QP_KERNEL gemm_group_q8(QGemmGroup p) { qp_grid_begin(); qp_gemm_group<QP_GM_Q8>(p); }
 
 // ---- The FMA fallback.
 

@@ -99,6 +99,33 @@ func (d *MoE) Run(l int, xe Tensor, T, H int, r Routing, overlap func(), out Ten
 		overlap()
 	}
 	res := dev.Temp(T * k * H)
+	if gr, ok := dev.(ExpertGrouper); ok && gr.GroupsExperts(T, k) {
+		// Every expert on the device first, then one grouped call.
+		for i, e := range used {
+			if have[i] {
+				continue
+			}
+			w, err := d.Experts.Expert(l, e)
+			if err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+			held[i], err = dev.Expert(d.Experts, w)
+			d.Experts.Release(w)
+			if err != nil {
+				return fmt.Errorf("layer %d expert %d: %w", l, e, err)
+			}
+			have[i] = true
+		}
+		first := make([]int, len(used)+1)
+		for i, e := range used {
+			first[i], first[i+1] = count[e], count[e+1]
+		}
+		g := ExpertGroup{X: xe, Res: res, T: T, H: H, K: k, Act: d.Act, Mats: held, First: first, Slots: slots}
+		if gr.GroupExperts(g) {
+			dev.Combine(out, res, r.Wts, T, k, H)
+			return nil
+		}
+	}
 	most := 0
 	for _, e := range used {
 		most = max(most, count[e+1]-count[e])

@@ -2,6 +2,10 @@
 //   emu KERNEL BM BN IN OUT
 // IN: uint32 n, rows, cols, group, stype, bits, then uint64 byte counts of
 // W, S, B, X followed by their bytes. OUT: n*rows float32.
+// gemm_group_q4/q8 compute the same product as grouped tiles: positions
+// 0..n-1 cut into tiles of uneven sizes (1 to BM), position v reading
+// vector xrow[v] and writing its output row there (a rotated reversal, so
+// both index lists are exercised), so OUT is again Y = X Wᵀ.
 #include "prelude.h"
 #include "../../kernels/10_common.cu"
 #include "../../kernels/25_gemm.cu"
@@ -33,7 +37,8 @@ int main(int argc, char** argv) {
                         : k == "gemm_f16" ? gemm_f16 : k == "gemm_f32" ? gemm_f32 : k == "gemm_q4_h" ? gemm_q4_h
                         : k == "gemm_q8_h" ? gemm_q8_h : k == "gemm_bf16_h" ? gemm_bf16_h : k == "gemm_base" ? gemm_base
                         : k == "gemm_fma" ? gemm_fma : nullptr;
-    if (!kern) {
+    void (*group)(QGemmGroup) = k == "gemm_group_q4" ? gemm_group_q4 : k == "gemm_group_q8" ? gemm_group_q8 : nullptr;
+    if (!kern && !group) {
         fprintf(stderr, "no kernel %s\n", argv[1]);
         return 2;
     }
@@ -69,7 +74,34 @@ int main(int argc, char** argv) {
     p.bits = h[5];
     p.ldy = h[1];
     p.pad = 0;
-    qp_emu_run(kern, p, (p.n + bm - 1) / bm, (p.rows + bn - 1) / bn);
+    if (group) {
+        uint n = p.n;
+        std::vector<int> rows(n + 1);
+        for (uint v = 0; v < n; v++) {
+            rows[v] = int((2 * n - 1 - v + n / 3) % n);
+        }
+        std::vector<QGemmTile> tiles;
+        const uint sizes[] = {37, bm, 1, 90, bm, 5};
+        for (uint m0 = 0, i = 0; m0 < n; i++) {
+            uint m1 = m0 + sizes[i % 6] < n ? m0 + sizes[i % 6] : n;
+            tiles.push_back(QGemmTile{p.w, p.s, p.b, p.y, m0, m1});
+            m0 = m1;
+        }
+        QGemmGroup g;
+        g.tiles = tiles.data();
+        g.x = p.x;
+        g.xrow = rows.data();
+        g.yrow = rows.data();
+        g.rows = p.rows;
+        g.cols = p.cols;
+        g.group = p.group;
+        g.stype = p.stype;
+        g.ldy = p.ldy;
+        g.pad = 0;
+        qp_emu_run(group, g, uint(tiles.size()), (p.rows + bn - 1) / bn);
+    } else {
+        qp_emu_run(kern, p, (p.n + bm - 1) / bm, (p.rows + bn - 1) / bn);
+    }
     FILE* o = fopen(argv[5], "wb");
     if (!o || fwrite(y.data(), 4, size_t(h[0]) * h[1], o) != size_t(h[0]) * h[1] || fclose(o)) {
         return 2;

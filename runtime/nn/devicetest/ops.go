@@ -45,6 +45,7 @@ func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	run("Route", testRoute)
 	run("Expert", testExpert)
 	run("RoutedExperts", testRoutedExperts)
+	run("GroupedExperts", testGroupedExperts)
 	run("Determinism", testDeterminism)
 }
 

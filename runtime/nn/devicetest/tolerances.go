@@ -5,6 +5,10 @@ package devicetest
 type Tolerances struct {
 	// MatMul bounds |y − ref| of each output by MatMul·Σ_j |W_ij·x_j|.
 	MatMul float64
+	// Batched is MatMul's bound for the products a device may run with
+	// reduced-precision inputs because they span many vectors: a chunk's
+	// grouped experts (nn.ExpertGrouper; tf32 tensor cores on CUDA).
+	Batched float64
 	// Norm bounds an RMSNorm output by Norm·max |ref| of its row.
 	Norm float64
 	// Elementwise bounds element-wise ops (RoPE, GLU, gates, Combine,
@@ -21,7 +25,7 @@ type Tolerances struct {
 
 // DefaultTolerances are the CUDA backend's documented bounds.
 func DefaultTolerances() Tolerances {
-	return Tolerances{MatMul: 1e-4, Norm: 1e-5, Elementwise: 1e-5, Mixer: 1e-4, ModelF32: 1e-4, ModelQuant: 1e-3}
+	return Tolerances{MatMul: 1e-4, Batched: 1e-3, Norm: 1e-5, Elementwise: 1e-5, Mixer: 1e-4, ModelF32: 1e-4, ModelQuant: 1e-3}
 }
 
 func (t Tolerances) filled() Tolerances {
@@ -34,6 +38,7 @@ func (t Tolerances) filled() Tolerances {
 	}
 	return Tolerances{
 		MatMul:      pick(t.MatMul, d.MatMul),
+		Batched:     pick(t.Batched, d.Batched),
 		Norm:        pick(t.Norm, d.Norm),
 		Elementwise: pick(t.Elementwise, d.Elementwise),
 		Mixer:       pick(t.Mixer, d.Mixer),
