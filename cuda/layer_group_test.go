@@ -95,3 +95,49 @@ func TestLayerGroupedExperts(t *testing.T) {
 		}
 	}
 }
+
+// On the GPU, at Qwen3.6-35B's expert shapes: experts of 200 slots each
+// (two tiles: 128 and 72) run per expert as gemm_q4/gemm_q8 (useGemm), so
+// the grouped products must give the same bits.
+func TestLayerGroupedExpertsGPU(t *testing.T) {
+	b := openOrSkip(t)
+	l := b.LayerDevice().(*Layer)
+	r := rand.New(rand.NewPCG(83, 84))
+	const E, H, I, T, K, layer = 3, 2048, 512, 300, 2, 1
+	for _, q := range []struct{ bits, group int }{{4, 64}, {8, 64}} {
+		src := &listSource{}
+		for e := range E {
+			src.ws = append(src.ws, &nn.ExpertWeights{Layer: layer, Expert: e,
+				Gate: makeMatrix(t, r, matCase{I, H, q.bits, q.group, mlxq.BF16}),
+				Up:   makeMatrix(t, r, matCase{I, H, q.bits, q.group, mlxq.BF16}),
+				Down: makeMatrix(t, r, matCase{H, I, q.bits, q.group, mlxq.BF16})})
+		}
+		rt := nn.NewRouting(T, K)
+		for tt := range T {
+			rt.Sel[tt*K], rt.Sel[tt*K+1] = tt%E, (tt+1)%E
+			rt.Wts[tt*K], rt.Wts[tt*K+1] = float32(r.Float64()), float32(r.Float64())
+		}
+		x := randVec(r, T*H, 1)
+		run := func(dev nn.Device) []float32 {
+			t.Helper()
+			out := l.Temp(T * H)
+			moe := &nn.MoE{Device: dev, Experts: src, Act: nn.SiLUGate}
+			if err := moe.Run(layer, put(t, l, x), T, H, rt, nil, out); err != nil {
+				t.Fatal(err)
+			}
+			y := get(t, l, out)
+			if err := l.EndPass(); err != nil {
+				t.Fatal(err)
+			}
+			return y
+		}
+		groups := b.Stats().GroupedLayers
+		got := run(l)
+		if b.Stats().GroupedLayers != groups+1 {
+			t.Fatalf("q%d: the chunk's experts did not run grouped", q.bits)
+		}
+		want := run(struct{ nn.Device }{l})
+		sameBits(t, "grouped vs per expert on the GPU", got, want)
+		t.Logf("q%d g%d: %d tokens x %d experts of [%d, %d]: grouped products identical to per-expert gemm_q%d", q.bits, q.group, T, K, I, H, q.bits)
+	}
+}
