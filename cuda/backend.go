@@ -41,8 +41,11 @@ type Backend struct {
 	// splitOverride, when > 0, replaces gemvSplit's choice (benchmarks
 	// and tests compare splits).
 	splitOverride int
-	err           error
-	closed        bool
+	// attnTileOff keeps multi-token chunks on the per-(token, head)
+	// attention kernel (tests cover both).
+	attnTileOff bool
+	err         error
+	closed      bool
 
 	layer       *Layer // the whole-layer device (layer.go), made on first use
 	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)

@@ -419,7 +419,7 @@ func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
 
 // layerKernelPtrs is the number of device addresses each whole-layer
 // kernel's parameter block starts with.
-var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 7, "attention_tile": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
 	"deltanet_rec": 9, "deltanet_rec_reg": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
 	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}
 
@@ -478,10 +478,14 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			hd = 2 * pairs
 		}
 		h.RoPE(T(ptr(0), span(rows, stride, hd)), r, nn.RoPESpec{Rows: rows, PerPos: perPos, Stride: stride, Pos0: pos0})
-	case "attention":
+	case "attention", "attention_tile":
 		nt, heads, kvh, hd, vd, qs, kw, vw, pos, win, scale := u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), fl(10)
 		ns, keys := max(u(11), 1), u(12)
-		if int(grid[0]) != nt*heads*ns {
+		if k == "attention_tile" {
+			if ns != 1 || int(grid[0]) != kvh*ceilDiv(nt*(heads/kvh), attnTileRows) || hd > attnTileMaxDim || vd > attnTileMaxDim {
+				f.t.Fatalf("attention_tile grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
+			}
+		} else if int(grid[0]) != nt*heads*ns {
 			f.t.Fatalf("attention grid %v for %d tokens of %d heads in %d runs", grid, nt, heads, ns)
 		}
 		if ns > 1 && keys*ns < gpukernels.AttnKeys(pos, nt, win) {

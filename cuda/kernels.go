@@ -40,7 +40,7 @@ func Source() string {
 // Kernel names the host looks up after compiling Source.
 var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "gemv_q4_set", "gemv_q8_set", "rms_norm", "swiglu",
 	// the whole-layer kernels (internal/gpukernels, launched by layer_kernels.go)
-	"rms_norm_rows", "add_rms_norm_rows", "rope", "attention", "attention_merge", "deltanet_conv", "deltanet_qknorm", "deltanet_rec", "deltanet_rec_reg",
+	"rms_norm_rows", "add_rms_norm_rows", "rope", "attention", "attention_tile", "attention_merge", "deltanet_conv", "deltanet_qknorm", "deltanet_rec", "deltanet_rec_reg",
 	"scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
 	"gather", "gather_rows", "scatter_rows", "route_topk",
 	// routed experts on the device (kernels/22_moe.cu, launched by layer_moe.go)

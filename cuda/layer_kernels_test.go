@@ -176,6 +176,9 @@ func TestLayerKernelsCPU(t *testing.T) {
 		for _, c := range []struct{ pre, T, window, heads, kvh, hd, vd, qstride int }{
 			{0, 5, 0, 4, 2, 64, 64, 64}, {300, 3, 0, 2, 1, 32, 48, 64}, {10, 7, 4, 4, 4, 16, 16, 16},
 			{270, 2, 260, 2, 2, 512, 512, 512}, {0, 1, 0, 1, 1, 8, 8, 8},
+			// attention_tile's: Qwen3.6-35B's heads, and a window over the
+			// cache with unequal head and value dims.
+			{0, 40, 0, 16, 2, 256, 256, 256}, {100, 37, 64, 8, 1, 128, 96, 160},
 		} {
 			kw, vw := c.kvh*c.hd, c.kvh*c.vd
 			d2 := nn.AttnDims{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.hd, QStride: c.qstride, VDim: c.vd, Scale: 0.125}
@@ -192,11 +195,16 @@ func TestLayerKernelsCPU(t *testing.T) {
 			kv.Attend(want, Q, K, V, c.T, d2)
 			// Whole, and split into runs (some empty for the chunk's
 			// first tokens, the last shorter), merged by attention_merge.
-			for _, ns := range []int{1, 3, 8} {
+			// Whole also without attention_tile (chunks of 4 tokens or
+			// more take it by default).
+			for _, ns := range []int{1, 3, 8, -1} {
+				b.attnTileOff = ns < 0
+				ns = max(ns, 1)
 				po := d.put(make([]float32, len(want)))
 				part := d.put(make([]float32, attnPartFloats(c.T, c.heads, c.vd, ns)))
 				must(b.kAttention(po, d.put(Q), d.put(K), d.put(V), d.put(kc), d.put(vc), part, c.pre, c.T, c.window, kw, vw, ns, d2))
-				near(t, fmt.Sprintf("%+v nsplit %d", c, ns), d.get(po, len(want)), want, 2e-5)
+				near(t, fmt.Sprintf("%+v nsplit %d, tiles off %v", c, ns, b.attnTileOff), d.get(po, len(want)), want, 2e-5)
+				b.attnTileOff = false
 			}
 		}
 	})

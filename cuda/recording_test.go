@@ -26,7 +26,7 @@ func readRecording(t *testing.T, name string) string {
 // SAN): every kernel at least once.
 var sanitizedTests = []string{"TestMatMulConformance", "TestRMSNormConformance", "TestSwiGLUConformance",
 	"TestMatMulManyVectors", "TestAllocFree", "TestNoSuchDevice",
-	"TestDeviceConformanceGPU", "TestLayerTinyModelsGPU", "TestGemmEachKernel", "TestGemmBaselineKernel", "TestLayerGroupedExpertsGPU"}
+	"TestDeviceConformanceGPU", "TestLayerTinyModelsGPU", "TestGemmEachKernel", "TestGemmBaselineKernel", "TestLayerGroupedExpertsGPU", "TestAttentionTileGPU"}
 
 // conformanceTests are the GPU tests of conformance.log: the sanitized ones,
 // the conformance suite's model half, and every gemm kernel at every shape.
