@@ -180,11 +180,17 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	}()
 	if step == "prefill" {
 		before := r.Cache.Stats()
-		t0 := time.Now()
-		if _, _, err := s.Feed(ctx, benchpack.RandomTokens(c.Prompt, V, 5)); err != nil {
+		stop, err := cpuProfile(step)
+		if err != nil {
 			return err
 		}
+		t0 := time.Now()
+		_, _, err = s.Feed(ctx, benchpack.RandomTokens(c.Prompt, V, 5))
 		el := time.Since(t0)
+		stop()
+		if err != nil {
+			return err
+		}
 		st := r.Cache.Stats()
 		res.Tokens, res.Seconds, res.TokPerSec = c.Prompt, el.Seconds(), float64(c.Prompt)/el.Seconds()
 		res.BytesPerToken = float64(st.BytesRead-before.BytesRead) / float64(c.Prompt)
@@ -251,7 +257,7 @@ func gpuInfo(be runtime.Backend, c config, res *stepResult) error {
 	return nil
 }
 
-// cpuProfile writes a CPU profile of the measured decode to
+// cpuProfile writes a CPU profile of the measured decode or prefill to
 // $QPACK_BENCH_CPUPROFILE/<step>.pprof when that is set (where the host's
 // time per token goes); the returned function ends it.
 func cpuProfile(step string) (func(), error) {
