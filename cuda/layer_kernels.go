@@ -270,7 +270,8 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 	}
 	p := params(make([]byte, 0, sizeDNConv)).ptr(a.Window).ptr(a.Mixed).ptr(a.Conv).ptr(a.Scratch).
 		u32(a.T).u32(C).u32(a.K).u32(0)
-	if err := b.launch1D("deltanet_conv", C, p, sizeDNConv); err != nil {
+	// A group per 32 channels (gpukernels/40_deltanet.qk).
+	if err := b.launch("deltanet_conv", [3]int{ceilDiv(C, simdWidth), 1, 1}, tgThreads, p, sizeDNConv); err != nil {
 		return err
 	}
 	qScale := float32(1 / math.Sqrt(float64(a.Dk))) // as nn.DeltaNetHost

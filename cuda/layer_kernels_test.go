@@ -210,7 +210,10 @@ func TestLayerKernelsCPU(t *testing.T) {
 	})
 
 	t.Run("deltanet", func(t *testing.T) {
-		for _, c := range []struct{ T, nk, nv, dk, dv, K int }{{3, 2, 4, 32, 16, 4}, {1, 1, 2, 128, 128, 4}, {5, 1, 1, 8, 300 % 256, 2}, {2, 1, 1, 16, 16, 1}} {
+		for _, c := range []struct{ T, nk, nv, dk, dv, K int }{{3, 2, 4, 32, 16, 4}, {1, 1, 2, 128, 128, 4}, {5, 1, 1, 8, 300 % 256, 2}, {2, 1, 1, 16, 16, 1},
+			// The conv's runs of tokens: several a run, the last shorter;
+			// fewer tokens than the window (its entries shift).
+			{37, 2, 4, 32, 16, 4}, {2, 1, 2, 16, 16, 4}} {
 			C := 2*c.nk*c.dk + c.nv*c.dv
 			a := &nn.DeltaNetArgs{T: c.T, Nk: c.nk, Nv: c.nv, Dk: c.dk, Dv: c.dv, K: c.K, Eps: 1e-6}
 			mixed, z, bb, aa := rnd(r, c.T*C, 1), rnd(r, c.T*c.nv*c.dv, 1), rnd(r, c.T*c.nv, 2), rnd(r, c.T*c.nv, 2)

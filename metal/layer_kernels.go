@@ -298,7 +298,7 @@ func (d *Device) kDeltaNet(st *tensorState, a *nn.DeltaNetArgs) bool {
 	cv := nn.Tensor{Buf: c, Off: off / 4, N: a.T * C}
 	win := ptrOut("window", st.t[0]) // (K = 1: never read, one float)
 	p := d.b.params("deltanet_conv").u32("T", a.T).u32("C", C).u32("K", a.K)
-	d.entry("deltanet_conv", ceilDiv(C, tgThreads), 1, p, win, ptrIn("mixed", a.Mixed), ptrIn("conv", a.Conv), ptrOut("out", cv))
+	d.entry("deltanet_conv", ceilDiv(C, 32), 1, p, win, ptrIn("mixed", a.Mixed), ptrIn("conv", a.Conv), ptrOut("out", cv))
 	qScale := float32(1 / math.Sqrt(float64(a.Dk))) // as nn.DeltaNetHost
 	p = d.b.params("deltanet_qknorm").u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("dk", a.Dk).f32("qscale", qScale)
 	d.entry("deltanet_qknorm", a.T*2*a.Nk, 1, p, ptrOut("x", cv))
