@@ -48,7 +48,11 @@ func RouteSoftmaxTopK(r Routing, logits []float32, T, E int, norm bool) {
 // it (Expert) unless the device holds it, hands it to the device, queues
 // its GLU once over every token that chose it, releases it, and finally
 // combines: each token sums its experts' outputs in its own top-k order, so
-// the result does not depend on how tokens were grouped.
+// the result does not depend on how tokens were grouped. On a Device that
+// is an ExpertGrouper and groups the chunk (GroupsExperts), every expert
+// is read, handed to the device and released first, and the chunk's
+// experts are queued as one GroupExperts (grouped.go); a declined group
+// runs the per-expert loop with the same experts.
 type MoE struct {
 	Device  Device
 	Experts ExpertSource
