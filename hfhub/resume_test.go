@@ -240,12 +240,38 @@ func TestConcurrentDownloadsShareTheCache(t *testing.T) {
 	}
 	checkFiles(t, filepath.Join(cache, "models--org--m", "snapshots", hub.Head("org/m", "main")), files)
 	var cdnBytes int64
-	for _, r := range hub.Requests() {
+	for _, r := range settledRequests(t, hub) {
 		if r.Role == "cdn" {
 			cdnBytes += r.BodyBytes
 		}
 	}
 	if want := int64(700_000); cdnBytes != want {
 		t.Fatalf("the CDN sent %d bytes, want %d (each blob once)", cdnBytes, want)
+	}
+}
+
+// settledRequests returns the hub's log once no request is still in
+// progress: a handler records its body bytes after the last write, so a
+// client may have read a whole body (and returned) before its request's
+// entry is complete. Waits at most 5 s.
+func settledRequests(t *testing.T, hub *hubtest.Server) []hubtest.Request {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		log := hub.Requests()
+		done := true
+		for _, r := range log {
+			if r.Status == 0 {
+				done = false
+				break
+			}
+		}
+		if done {
+			return log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub's log still has requests in progress after 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
