@@ -42,7 +42,8 @@ type Backend struct {
 	// and tests compare splits).
 	splitOverride int
 	// attnTileOff keeps multi-token chunks on the per-(token, head)
-	// attention kernel (tests cover both).
+	// attention kernel instead of attention_tile (gpukernels.AttnTiled;
+	// tests cover both).
 	attnTileOff bool
 	err         error
 	closed      bool

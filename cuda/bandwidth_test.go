@@ -57,15 +57,10 @@ func BenchmarkMatVecBandwidth(bb *testing.B) {
 		w := mlxq.Matrix{Rows: c.rows, Cols: c.cols, Bits: c.bits, GroupSize: c.group, Type: mlxq.BF16}
 		kernel, _ := gemvKernel(w)
 		nsb := c.rows * (c.cols / c.group) * 2
-		scales := make([]byte, nsb)
-		for i := 0; i < nsb; i += 2 {
-			binary.LittleEndian.PutUint16(scales[i:], mlxq.F32ToBF16(0.001+0.01*r.Float32()))
-		}
+		scales := benchScales(r, nsb)
 		wp := upload(bb, b, randBytes(r, c.rows*w.RowBytes()))
 		sp, bp := upload(bb, b, scales), upload(bb, b, scales)
-		xs := make([]byte, 4*c.cols)
-		mlxq.EncodeFloats(xs, randVec(r, c.cols, 1), mlxq.F32)
-		xp := upload(bb, b, xs)
+		xp := upload(bb, b, benchInput(r, c.cols))
 		yp := upload(bb, b, make([]byte, 4*c.rows))
 		for range 3 { // warm up
 			if err := b.gemv(kernel, wp, sp, bp, xp, yp, w, 1); err != nil {
@@ -112,4 +107,21 @@ func copyBandwidth(bb *testing.B, b *Backend) float64 {
 	copyGBs := 2 * float64(copyBytes) * (copies + 2) / (float64(ms) / 1e3) / 1e9
 	bb.Logf("copy: %.0f GB/s (read+write, %d x 1 GiB in %.2f ms)", copyGBs, copies+2, ms)
 	return copyGBs
+}
+
+// benchScales is n bytes of bf16 scales (or biases) in [0.001, 0.011): a
+// benchmark matrix's, small enough that its products stay finite.
+func benchScales(r *rand.Rand, n int) []byte {
+	scales := make([]byte, n)
+	for i := 0; i+1 < n; i += 2 {
+		binary.LittleEndian.PutUint16(scales[i:], mlxq.F32ToBF16(0.001+0.01*r.Float32()))
+	}
+	return scales
+}
+
+// benchInput is a random float32 vector of n elements, as bytes.
+func benchInput(r *rand.Rand, n int) []byte {
+	xs := make([]byte, 4*n)
+	mlxq.EncodeFloats(xs, randVec(r, n, 1), mlxq.F32)
+	return xs
 }

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -49,18 +48,13 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		nsb := rows * (cols / group) * 2
 		bytes := rows*w.RowBytes() + 2*nsb + 4*cols + 4*rows
 		copies := min(64, max(1, (256<<20)/bytes))
-		scales := make([]byte, nsb)
-		for i := 0; i < nsb; i += 2 {
-			binary.LittleEndian.PutUint16(scales[i:], mlxq.F32ToBF16(0.001+0.01*r.Float32()))
-		}
+		scales := benchScales(r, nsb)
 		var ws, ss []devptr
 		for range copies {
 			ws = append(ws, upload(bb, b, randBytes(r, rows*w.RowBytes())))
 			ss = append(ss, upload(bb, b, scales))
 		}
-		xs := make([]byte, 4*cols)
-		mlxq.EncodeFloats(xs, randVec(r, cols, 1), mlxq.F32)
-		xp, yp := upload(bb, b, xs), upload(bb, b, make([]byte, 4*rows))
+		xp, yp := upload(bb, b, benchInput(r, cols)), upload(bb, b, make([]byte, 4*rows))
 		return kcase{fmt.Sprintf("%s [%d, %d] q%d g%d", kernel, rows, cols, bits, group), bytes, func(i int) error {
 			c := i % copies
 			return b.gemv(kernel, ws[c], ss[c], ss[c], xp, yp, w, 1)

@@ -482,7 +482,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		nt, heads, kvh, hd, vd, qs, kw, vw, pos, win, scale := u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), fl(10)
 		ns, keys := max(u(11), 1), u(12)
 		if k == "attention_tile" {
-			if ns != 1 || int(grid[0]) != kvh*ceilDiv(nt*(heads/kvh), attnTileRows) || hd > attnTileMaxDim || vd > attnTileMaxDim {
+			if ns != 1 || int(grid[0]) != gpukernels.AttnTileGroups(nt, heads, kvh) || !gpukernels.AttnTiled(nt, hd, vd) {
 				f.t.Fatalf("attention_tile grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
 			}
 		} else if int(grid[0]) != nt*heads*ns {

@@ -201,34 +201,14 @@ func (b *Backend) kAttention(o, q, k, v, kc, vc, part devptr, pos, T, window, kW
 	p := params(make([]byte, 0, sizeAttn)).ptr(o).ptr(q).ptr(k).ptr(v).ptr(kc).ptr(vc).ptr(part).
 		u32(T).u32(d.Heads).u32(d.KVHeads).u32(d.HeadDim).u32(vd).u32(d.QStride).u32(kWidth).u32(vWidth).
 		u32(pos).u32(window).f32(d.Scale).u32(nsplit).u32(keys).u32(0)
-	if nsplit == 1 && b.attnTiles(T, d.HeadDim, vd) {
-		tiles := ceilDiv(T*(d.Heads/d.KVHeads), attnTileRows)
-		return b.launch("attention_tile", [3]int{d.KVHeads * tiles, 1, 1}, tgThreads, p, sizeAttn)
+	if nsplit == 1 && !b.attnTileOff && gpukernels.AttnTiled(T, d.HeadDim, vd) {
+		return b.launch("attention_tile", [3]int{gpukernels.AttnTileGroups(T, d.Heads, d.KVHeads), 1, 1}, tgThreads, p, sizeAttn)
 	}
 	if err := b.launch("attention", [3]int{T * d.Heads * nsplit, 1, 1}, tgThreads, p, sizeAttn); err != nil || nsplit == 1 {
 		return err
 	}
 	p = params(make([]byte, 0, sizeAttnMerge)).ptr(o).ptr(part).u32(T * d.Heads).u32(vd).u32(nsplit).u32(0)
 	return b.launch("attention_merge", [3]int{T * d.Heads, 1, 1}, tgThreads, p, sizeAttnMerge)
-}
-
-// The tiled attention (attention_tile, gpukernels/31_attention_tile.qk):
-// query rows per group, the shortest chunk it takes, the largest head and
-// value dims.
-const (
-	attnTileRows      = 16  // QK_AT_ROWS
-	attnTileMaxDim    = 256 // QK_AT_MAXD
-	attnTileMinTokens = 4
-)
-
-// attnTiles reports whether a chunk of T tokens runs attention_tile (which
-// shares each block of keys and values among 16 query rows of a KV head)
-// instead of attention (a group per token and head, each reading its keys
-// alone): chunks of attnTileMinTokens or more whose dims it takes and that
-// attention would not split (a few tokens over a long context keep
-// flash-decoding). Backend.attnTileOff turns it off (tests).
-func (b *Backend) attnTiles(T, hd, vd int) bool {
-	return !b.attnTileOff && T >= attnTileMinTokens && hd <= attnTileMaxDim && vd <= attnTileMaxDim
 }
 
 // attnPartFloats is the scratch of a split attention: each run's

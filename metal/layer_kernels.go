@@ -178,14 +178,6 @@ func (d *Device) kRoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) bool {
 	return true
 }
 
-// attention_tile's geometry (gpukernels/31_attention_tile.qk: QK_AT_ROWS,
-// QK_AT_MAXD) and the shortest chunk that takes it, as the CUDA backend's.
-const (
-	attnTileRows      = 16
-	attnTileMaxDim    = 256
-	attnTileMinTokens = 4
-)
-
 // kAttention encodes attention over the cache (positions < pos) and the
 // chunk, then the copies of the chunk's keys and values into the cache.
 func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnDims) bool {
@@ -227,11 +219,10 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 	p := d.b.params("attention").u32("T", T).u32("heads", dm.Heads).u32("kvheads", dm.KVHeads).u32("hd", dm.HeadDim).
 		u32("vd", vd).u32("qstride", dm.QStride).u32("kwidth", c.kW).u32("vwidth", c.vW).u32("pos", pos).
 		u32("window", W).f32("scale", dm.Scale)
-	if nsplit == 1 && T >= attnTileMinTokens && dm.HeadDim <= attnTileMaxDim && vd <= attnTileMaxDim && d.has("attention_tile") {
+	if nsplit == 1 && gpukernels.AttnTiled(T, dm.HeadDim, vd) && d.has("attention_tile") {
 		// A chunk: each block of keys and values shared by 16 query rows
 		// of a KV head (gpukernels/31_attention_tile.qk).
-		tiles := ceilDiv(T*(dm.Heads/dm.KVHeads), attnTileRows)
-		d.entry("attention_tile", dm.KVHeads*tiles, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
+		d.entry("attention_tile", gpukernels.AttnTileGroups(T, dm.Heads, dm.KVHeads), 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
 			ptrIn("kc", c.k), ptrIn("vc", c.v), null("part"))
 	} else if nsplit == 1 {
 		d.entry("attention", T*dm.Heads, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),

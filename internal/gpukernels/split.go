@@ -39,3 +39,26 @@ func AttnSplits(T, heads, maxKeys, busy int) int {
 	}
 	return n
 }
+
+// The tiled attention (31_attention_tile.qk): query rows per group
+// (QK_AT_ROWS), the largest head and value dims (QK_AT_MAXD), and the
+// shortest chunk that takes it.
+const (
+	AttnTileRows      = 16
+	AttnTileMaxDim    = 256
+	AttnTileMinTokens = 4
+)
+
+// AttnTiled reports whether a chunk of T tokens with head dim hd and value
+// dim vd, not split (AttnSplits 1), runs attention_tile (each block of keys
+// and values shared by AttnTileRows query rows of a KV head) instead of
+// attention (a group per token and head, each reading its keys alone).
+func AttnTiled(T, hd, vd int) bool {
+	return T >= AttnTileMinTokens && hd <= AttnTileMaxDim && vd <= AttnTileMaxDim
+}
+
+// AttnTileGroups is attention_tile's grid: a group per AttnTileRows of each
+// KV head's (token, query head) pairs.
+func AttnTileGroups(T, heads, kvheads int) int {
+	return kvheads * ((T*(heads/kvheads) + AttnTileRows - 1) / AttnTileRows)
+}

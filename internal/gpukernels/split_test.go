@@ -1,6 +1,10 @@
 package gpukernels
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestAttnSplits(t *testing.T) {
 	for _, c := range []struct{ T, heads, keys, busy, want int }{
@@ -21,5 +25,25 @@ func TestAttnSplits(t *testing.T) {
 		if n := AttnSplits(c.T, c.heads, c.keys, c.busy); n > 1 && (n&(n-1) != 0 || (c.keys+n-1)/n < AttnSplitRunKeys/2) {
 			t.Errorf("AttnSplits(%d, %d, %d, %d) = %d: not a power of two, or runs too short", c.T, c.heads, c.keys, c.busy, n)
 		}
+	}
+}
+
+// The host's tile geometry is the kernel's.
+func TestAttnTileGeometry(t *testing.T) {
+	src := Bodies()
+	for _, d := range []string{fmt.Sprintf("#define QK_AT_ROWS %du\n", AttnTileRows), fmt.Sprintf("#define QK_AT_MAXD %du\n", AttnTileMaxDim)} {
+		if !strings.Contains(src, d) {
+			t.Errorf("31_attention_tile.qk lacks %q", d)
+		}
+	}
+	// 35B: 16 query heads over 2 KV heads, 4,096 tokens: 8 x 4,096 rows a KV head.
+	if g := AttnTileGroups(4096, 16, 2); g != 2*8*4096/16 {
+		t.Errorf("AttnTileGroups(4096, 16, 2) = %d", g)
+	}
+	if g := AttnTileGroups(5, 3, 1); g != 1 {
+		t.Errorf("AttnTileGroups(5, 3, 1) = %d", g)
+	}
+	if AttnTiled(3, 64, 64) || !AttnTiled(4, 256, 256) || AttnTiled(64, 512, 64) {
+		t.Error("AttnTiled's limits")
 	}
 }
