@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"sort"
 	"sync"
 	"unsafe"
@@ -109,12 +110,20 @@ func NewDevice(ordinal int) (*Backend, error) {
 }
 
 func newBackend(dev device) (*Backend, error) {
-	version, log, err := dev.compile(Source(), "qpack_kernels.cu")
+	src, defs, err := sourceWithDefines(os.Getenv("QPACK_CUDA_DEFINES"))
+	if err != nil {
+		return nil, err
+	}
+	version, log, err := dev.compile(src, "qpack_kernels.cu")
 	if err != nil {
 		return nil, fmt.Errorf("cuda: compiling the kernels for %s: %w", dev.name(), err)
 	}
 	if log != "" {
 		slog.Debug("cuda: NVRTC log", "log", log)
+	}
+	if defs != "" {
+		slog.Warn("cuda: kernels compiled with QPACK_CUDA_DEFINES (a benchmark switch, not a tested build)", "defines", defs)
+		version += " with " + defs
 	}
 	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev)}
 	b.dev = dev

@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -60,6 +62,61 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 			return b.gemv(kernel, ws[c], ss[c], ss[c], xp, yp, w, 1)
 		}, gemvSplitFor(rows, cols, bits, 1)}
 	}
+	// moeCase: the routed block of a decode step (k experts of [I][H]
+	// gate and up, [H][I] down, one table of k experts a copy) or, k = 1
+	// with gated, a sigmoid-gated shared expert; gateup launches over the k
+	// slots, down over the token.
+	moeCase := func(H, I, k int, down, gated bool) kcase {
+		g := mlxq.Matrix{Rows: I, Cols: H, Bits: 4, GroupSize: 32, Type: mlxq.BF16}
+		d := mlxq.Matrix{Rows: H, Cols: I, Bits: 4, GroupSize: 32, Type: mlxq.BF16}
+		ks, err := moeKernels(g, g, d)
+		if err != nil {
+			bb.Fatal(err)
+		}
+		m, kernel, n := g, ks[0], k
+		if down {
+			m, kernel, n = d, ks[1], 1
+		}
+		nsb := m.Rows * (m.Cols / m.GroupSize) * 2
+		bytes := k*(m.Rows*m.RowBytes()+2*nsb) + 4*n*m.Cols + 4*k*m.Rows
+		copies := min(64, max(1, (256<<20)/bytes))
+		scales := benchScales(r, nsb)
+		var tables []devptr
+		for range copies {
+			table := make([]byte, 8*9*k)
+			for e := range k {
+				for _, j := range []int{0, 3, 6} {
+					if (j == 6) != down {
+						continue // only the matrices the kernel reads
+					}
+					put := func(i int, p devptr) { binary.LittleEndian.PutUint64(table[8*(9*e+j+i):], p) }
+					put(0, upload(bb, b, randBytes(r, m.Rows*m.RowBytes())))
+					put(1, upload(bb, b, scales))
+					put(2, upload(bb, b, scales))
+				}
+			}
+			tables = append(tables, upload(bb, b, table))
+		}
+		sel := make([]int32, k)
+		wts := make([]float32, k)
+		for i := range k {
+			sel[i], wts[i] = int32(i), 1/float32(k)
+		}
+		p := moeParams{sel: upload(bb, b, i32b(sel)), wts: upload(bb, b, f32b(wts)), x: upload(bb, b, benchInput(r, k*max(H, I))),
+			y: upload(bb, b, make([]byte, 4*k*max(H, I))), fault: upload(bb, b, make([]byte, 4)), m: m, k: k, E: k}
+		if gated {
+			p.gate = upload(bb, b, make([]byte, 4))
+		}
+		what := fmt.Sprintf("%d routed experts", k)
+		if gated {
+			what = "the shared expert"
+		}
+		return kcase{fmt.Sprintf("%s [%d, %d] %s", kernel, m.Rows, m.Cols, what), bytes, func(i int) error {
+			q := p
+			q.table = tables[i%copies]
+			return b.kMoE(kernel, q, n)
+		}, 0}
+	}
 	const hidden = 2048
 	x := upload(bb, b, make([]byte, 4*hidden))
 	res := upload(bb, b, make([]byte, 4*hidden))
@@ -77,6 +134,10 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		matCase(hidden, 512, 4, 32),   // one expert's down
 		matCase(256, hidden, 8, 64),   // a router
 		matCase(32768, hidden, 4, 32), // lm_head of the benchmark's vocabulary
+		moeCase(hidden, 512, 8, false, false),
+		moeCase(hidden, 512, 8, true, false),
+		moeCase(hidden, 512, 1, false, true),
+		moeCase(hidden, 512, 1, true, true),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)
@@ -93,6 +154,9 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		gbs := float64(c.bytes) / (us * 1e3)
 		line := fmt.Sprintf("%-34s %9d B: %7.2f us a kernel (dependent launches off: %7.2f), %6.0f GB/s = %.2fx the copy bandwidth",
 			c.name, c.bytes, us, off, gbs, gbs/copyGBs)
+		if k, _, _ := strings.Cut(c.name, " "); b.fn[k] != 0 {
+			line += " (" + kernelResources(b, k) + ")"
+		}
 		if c.split > 1 {
 			line += fmt.Sprintf("; split %d (unsplit: %.2f us)", c.split, time(c, true, 1))
 		}

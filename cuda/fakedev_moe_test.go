@@ -27,12 +27,17 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	if bits == 4 || bits == 8 {
 		per = qRows
 	}
+	// gateup: QP_SIMDS/split row quads a group; down: one row quad, two
+	// when a row is at most 16 chunks of 16 bytes (the simdgroups' halves).
+	split := f.split(k, u(9))
 	wantGroups := ceilDiv(rows, per)
 	if gateup {
-		wantGroups = ceilDiv(rows, per*rowsPerTG)
+		wantGroups = ceilDiv(rows, per*rowsPerTG/split)
+	} else if per > 1 && cols*bits <= 2048 {
+		wantGroups = ceilDiv(rows, 2*per)
 	}
-	if int(grid[0]) != wantGroups {
-		f.t.Fatalf("%s: grid %v for %d rows", k, grid, rows)
+	if int(grid[0]) != wantGroups || split > 1 && (per == 1 || !gateup) {
+		f.t.Fatalf("%s: grid %v, split %d for %d rows of %d", k, grid, split, rows, cols)
 	}
 	if strings.HasSuffix(k, "_q4") != (bits == 4) || strings.HasSuffix(k, "_q8") != (bits == 8) {
 		f.t.Fatalf("%s for %d-bit experts", k, bits)

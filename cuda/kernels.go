@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"sort"
 	"strings"
@@ -35,6 +36,41 @@ func Source() string {
 		}
 	}
 	return b.String()
+}
+
+// sourceWithDefines is Source after a #define line for each NAME=VALUE (or
+// NAME) of defs, separated by spaces or commas: QPACK_CUDA_DEFINES, the
+// kernels' A/B switches for benchmarks (QP_GEMV_STAGE=0,
+// QP_GEMV_MIN_GROUPS=3). It returns the defines as one line ("" for
+// none); a name that is not a C identifier, or a value with other than
+// letters, digits, '_', '.', '-', is refused.
+func sourceWithDefines(defs string) (string, string, error) {
+	var lines, names []string
+	for _, d := range strings.FieldsFunc(defs, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		name, value, _ := strings.Cut(d, "=")
+		if !defineToken(name, false) || !defineToken(value, true) {
+			return "", "", fmt.Errorf("cuda: QPACK_CUDA_DEFINES: %q is not NAME or NAME=VALUE", d)
+		}
+		lines = append(lines, "#define "+name+" "+value+"\n")
+		names = append(names, d)
+	}
+	return strings.Join(lines, "") + Source(), strings.Join(names, " "), nil
+}
+
+func defineToken(s string, value bool) bool {
+	if s == "" {
+		return value
+	}
+	for i, r := range s {
+		ok := r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || i > 0 && '0' <= r && r <= '9'
+		if value {
+			ok = ok || '0' <= r && r <= '9' || r == '.' || r == '-'
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Kernel names the host looks up after compiling Source.

@@ -357,17 +357,47 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.k)*int64(n)*int64(m.Cols)); err != nil {
 		return err
 	}
-	rows := 1 // per simdgroup (moe_gateup_*) or per group (moe_down_*)
-	if m.Bits == 4 || m.Bits == 8 {
+	groups, split := moeGrid(kernel, m, n, b.gemvSplit)
+	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, p.block(split), sizeMoE)
+}
+
+// block is the MoEParams block of p with that split.
+func (p moeParams) block(split int) []byte {
+	m := p.m
+	return params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
+		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(split)
+}
+
+// moeGrid is the row blocks (groups along x) of a moe_* kernel over n slots
+// (gateup) or tokens (down) of products of shape m, and gateup's split
+// (splitFor: gemvSplit's choice for the slots, so that a decode step's
+// few slots fill the device; 1 for the other kernels). A gateup group
+// takes QP_SIMDS/split row quads (rows of one for 2, 3, 5, 6 bits and
+// dense), a down group one row quad, two where qp_moe_down_half splits
+// its simdgroups (at most 16 chunks a row: moeDownHalf).
+func moeGrid(kernel string, m mlxq.Matrix, n int, splitFor func(rows, cols, bits, n int) int) (groups, split int) {
+	q := m.Bits == 4 || m.Bits == 8
+	rows := 1
+	if q {
 		rows = qRows
 	}
-	groups := ceilDiv(m.Rows, rows)
 	if strings.HasPrefix(kernel, "moe_gateup") {
-		groups = ceilDiv(m.Rows, rows*rowsPerTG)
+		split = 1
+		if q {
+			split = splitFor(m.Rows, m.Cols, m.Bits, n)
+		}
+		return ceilDiv(m.Rows, rows*rowsPerTG/split), split
 	}
-	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
-		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
-	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, q, sizeMoE)
+	if q && moeDownHalf(m) {
+		rows *= 2
+	}
+	return ceilDiv(m.Rows, rows), 1
+}
+
+// moeDownHalf is qp_moe_down_half: a 4- or 8-bit down product whose rows
+// are at most 16 chunks of 16 bytes.
+func moeDownHalf(m mlxq.Matrix) bool {
+	return (m.Bits == 4 || m.Bits == 8) && m.Cols*m.Bits <= 16*128
 }
 
 // MissingExperts implements nn.ExpertRouter: the experts of a layer that

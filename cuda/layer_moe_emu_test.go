@@ -36,11 +36,10 @@ func (m *moeImage) floats(off uint64, n int) []float32 { return f32s(m.mem[off :
 
 // runMoEEmu runs kernel over (gx, gy) groups with p (pointers as offsets
 // into img, ^0 for none) and returns the memory after the run.
-func runMoEEmu(t *testing.T, bin, kernel string, gx, gy int, p moeParams, img *moeImage) *moeImage {
+func runMoEEmu(t *testing.T, bin, kernel string, gy int, split splitFunc, p moeParams, img *moeImage) *moeImage {
 	t.Helper()
-	m := p.m
-	q := params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
-		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(0)
+	gx, sp := moeGrid(kernel, p.m, gy, split)
+	q := p.block(sp)
 	var in bytes.Buffer
 	in.Write(q)
 	binary.Write(&in, binary.LittleEndian, uint64(len(img.mem)))
@@ -60,7 +59,10 @@ func runMoEEmu(t *testing.T, bin, kernel string, gx, gy int, p moeParams, img *m
 	return &moeImage{mem: raw}
 }
 
-func buildMoEEmu(t *testing.T) string {
+// splitFunc picks gateup's split (gemvSplitFor, or a test's forced one).
+type splitFunc = func(rows, cols, bits, n int) int
+
+func buildMoEEmu(t *testing.T, defines ...string) string {
 	t.Helper()
 	cxx, err := exec.LookPath("clang++")
 	if err != nil {
@@ -74,7 +76,7 @@ func buildMoEEmu(t *testing.T) string {
 		t.Fatalf("testdata/emu/moe.cpp's QK_ACT_GELU_TANH is not %d", actGELUTanh)
 	}
 	bin := filepath.Join(t.TempDir(), "moe")
-	args := []string{"-std=c++17", "-O1", "-g", "-pthread", "-Wall", "-o", bin, "testdata/emu/moe.cpp"}
+	args := append([]string{"-std=c++17", "-O1", "-g", "-pthread", "-Wall", "-o", bin, "testdata/emu/moe.cpp"}, defines...)
 	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
 		t.Fatalf("clang++ %v: %v\n%s", args, err, out)
 	}
@@ -93,24 +95,50 @@ func absMag(m mlxq.Matrix, x []float32) []float64 {
 	return mag
 }
 
+// Each case runs on two builds: x staged in threadgroup memory (the
+// default, QP_GEMV_STAGE) and read in place (what vectors longer than
+// QP_XS_COLS get). A case's split forces gateup's (its sums over 2, 4 or 8
+// simdgroups of a row quad: gemvSplit picks more than 1 only for rows of
+// 64 chunks or more); down products of at most 16 chunks a row run on half
+// simdgroups (moeDownHalf), the 20-chunk case on whole ones.
 func TestMoEKernelsEmulated(t *testing.T) {
-	bin := buildMoEEmu(t)
+	bins := map[string]string{"staged": buildMoEEmu(t), "in place": buildMoEEmu(t, "-DQP_GEMV_STAGE=0")}
+	for _, build := range []string{"staged", "in place"} {
+		testMoEKernelsEmulated(t, build, bins[build])
+	}
+}
+
+// testMoEKernelsEmulated runs the cases on one build; the in-place build
+// only the small 4- and 8-bit ones' gateup (the others do not stage, down
+// never does, and the emulator's threads make each group of 256 cost
+// milliseconds).
+func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 	r := rand.New(rand.NewPCG(61, 62))
 	seen := map[string]bool{}
+	halves := map[bool]bool{}
 	for ci, c := range []struct {
 		bits, group int
 		st          mlxq.Float
 		H, I        int
 		gelu, scale bool
+		split       int
 	}{
-		{4, 32, mlxq.BF16, 96, 64, false, false},
-		{4, 64, mlxq.F32, 128, 192, true, true},
-		{8, 64, mlxq.F16, 64, 128, false, true},
-		{3, 64, mlxq.BF16, 128, 64, false, false},
-		{6, 32, mlxq.F16, 64, 96, true, false},
-		{0, 0, mlxq.BF16, 64, 40, false, false},
-		{0, 0, mlxq.F32, 40, 64, true, true},
+		{4, 32, mlxq.BF16, 96, 64, false, false, 4},
+		{4, 64, mlxq.F32, 128, 192, true, true, 2},
+		{8, 64, mlxq.F16, 1024, 64, false, true, 2},   // both parts hold chunks (64 a row); gateup only
+		{8, 32, mlxq.BF16, 128, 320, false, false, 0}, // down: 20 chunks a row, whole simdgroups
+		{3, 64, mlxq.BF16, 128, 64, false, false, 0},
+		{6, 32, mlxq.F16, 64, 96, true, false, 0},
+		{0, 0, mlxq.BF16, 64, 40, false, false, 0},
+		{0, 0, mlxq.F32, 40, 64, true, true, 0},
 	} {
+		if build != "staged" && (c.bits != 4 && c.bits != 8 || c.H > 256) {
+			continue
+		}
+		split := gemvSplitFor
+		if c.split > 0 {
+			split = func(int, int, int, int) int { return c.split }
+		}
 		const E, T, k, layer = 5, 3, 3, 7
 		ks, err := moeKernels(mlxq.Matrix{Rows: c.I, Cols: c.H, Bits: c.bits, GroupSize: c.group, Type: c.st},
 			mlxq.Matrix{Rows: c.I, Cols: c.H, Bits: c.bits, GroupSize: c.group, Type: c.st},
@@ -119,7 +147,7 @@ func TestMoEKernelsEmulated(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen[ks[0]], seen[ks[1]] = true, true
-		name := fmt.Sprintf("%s/%s %d-bit g%d %v H%d I%d", ks[0], ks[1], c.bits, c.group, c.st, c.H, c.I)
+		name := fmt.Sprintf("%s: %s/%s %d-bit g%d %v H%d I%d split %d", build, ks[0], ks[1], c.bits, c.group, c.st, c.H, c.I, c.split)
 		img := &moeImage{}
 		var mats [E][3]mlxq.Matrix
 		table := make([]byte, 8*9*E)
@@ -155,16 +183,21 @@ func TestMoEKernelsEmulated(t *testing.T) {
 		for i := range img.floats(out, T*c.H) {
 			img.floats(out, T*c.H)[i] = float32(math.NaN())
 		}
-		per := 1
-		if c.bits == 4 || c.bits == 8 {
-			per = qRows
-		}
 		up := p
 		up.y, up.m = h, mats[0][0]
-		img = runMoEEmu(t, bin, ks[0], ceilDiv(c.I, per*rowsPerTG), T*k, up, img)
+		img = runMoEEmu(t, bin, ks[0], T*k, split, up, img)
+		// Down's groups are its H rows': the emulator's 256 threads a group
+		// make a large H slow, and the case is there for gateup's parts.
+		// The in-place build differs from the staged one in gateup alone.
+		upOnly := c.H > 256 || build != "staged"
 		dn := p
 		dn.x, dn.y, dn.m = h, out, mats[0][2]
-		img = runMoEEmu(t, bin, ks[1], ceilDiv(c.H, per), T, dn, img)
+		if !upOnly {
+			img = runMoEEmu(t, bin, ks[1], T, split, dn, img)
+			if c.bits == 4 || c.bits == 8 {
+				halves[moeDownHalf(dn.m)] = true
+			}
+		}
 
 		if f := binary.LittleEndian.Uint32(img.mem[p.fault:]); f != layer+1 {
 			t.Errorf("%s: fault word %d, want %d (layer %d)", name, f, layer+1, layer)
@@ -197,6 +230,10 @@ func TestMoEKernelsEmulated(t *testing.T) {
 					t.Fatalf("%s: slot %d (expert %d) h[%d] = %g, want %g (|d| %.3g > %.3g)", name, s, e, i, row[i], want, d, bound)
 				}
 			}
+		}
+		if upOnly {
+			t.Logf("case %d %s: gateup within bounds", ci, name)
+			continue
 		}
 		os := img.floats(out, T*c.H)
 		for tok := range T {
@@ -234,10 +271,10 @@ func TestMoEKernelsEmulated(t *testing.T) {
 		h2 := img.put(make([]byte, 4*T*c.I))
 		shUp := sh
 		shUp.y, shUp.m = h2, mats[0][0]
-		img = runMoEEmu(t, bin, ks[0], ceilDiv(c.I, per*rowsPerTG), T, shUp, img)
+		img = runMoEEmu(t, bin, ks[0], T, split, shUp, img)
 		shDn := sh
 		shDn.x, shDn.y, shDn.m, shDn.gate = h2, out, mats[0][2], img.put(f32b(gl))
-		img = runMoEEmu(t, bin, ks[1], ceilDiv(c.H, per), T, shDn, img)
+		img = runMoEEmu(t, bin, ks[1], T, split, shDn, img)
 		os = img.floats(out, T*c.H)
 		h2s := img.floats(h2, T*c.I)
 		for tok := range T {
@@ -256,8 +293,11 @@ func TestMoEKernelsEmulated(t *testing.T) {
 		t.Logf("case %d %s: within bounds", ci, name)
 	}
 	for _, k := range kernelNames {
-		if strings.HasPrefix(k, "moe_") && !seen[k] {
+		if build == "staged" && strings.HasPrefix(k, "moe_") && !seen[k] {
 			t.Errorf("kernel %s is not emulated", k)
 		}
+	}
+	if build == "staged" && (!halves[true] || !halves[false]) {
+		t.Errorf("down on half simdgroups %v, on whole ones %v: want both run", halves[true], halves[false])
 	}
 }

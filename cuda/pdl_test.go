@@ -66,7 +66,7 @@ func TestKernelsWaitForTheKernelBefore(t *testing.T) {
 	if !regexp.MustCompile(`name\(const P p\) \{\s*\\\s*qp_grid_begin\(\);\s*\\\s*name##_body\(p\);`).MatchString(entry) {
 		t.Errorf("QP_ENTRY's wrapper does not call qp_grid_begin() before the body:\n%s", entry)
 	}
-	kernels := regexp.MustCompile(`QP_KERNEL (\w+)\(\w+ p\) \{\s*`).FindAllStringSubmatchIndex(src, -1)
+	kernels := regexp.MustCompile(`QP_KERNEL(?:_BOUNDS\([A-Z_0-9]+\))? (\w+)\(\w+ p\) \{\s*`).FindAllStringSubmatchIndex(src, -1)
 	if len(kernels) < 20 {
 		t.Fatalf("found %d QP_KERNELs", len(kernels))
 	}

@@ -32,8 +32,13 @@ func TestParamStructSizes(t *testing.T) {
 	if !strings.Contains(src, fmt.Sprintf("#define QP_QROWS %d\n", qRows)) || !strings.Contains(src, fmt.Sprintf("#define QP_TG %d\n", tgThreads)) {
 		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
 	}
+	bounded := regexp.MustCompile(`QP_KERNEL_BOUNDS\([A-Z_0-9]+\) (\w+)\(`)
+	withBounds := map[string]bool{}
+	for _, m := range bounded.FindAllStringSubmatch(src, -1) {
+		withBounds[m[1]] = true
+	}
 	for _, k := range kernelNames {
-		if !strings.Contains(src, "QP_KERNEL "+k+"(") && !strings.Contains(src, "QP_ENTRY("+k+",") {
+		if !strings.Contains(src, "QP_KERNEL "+k+"(") && !strings.Contains(src, "QP_ENTRY("+k+",") && !withBounds[k] {
 			t.Errorf("kernel %s is not defined in the source", k)
 		}
 	}
@@ -97,5 +102,29 @@ func TestErrorIs(t *testing.T) {
 	}
 	if s := e.Error(); !strings.Contains(s, "cuMemAlloc_v2") || !strings.Contains(s, "CUDA_ERROR_OUT_OF_MEMORY") {
 		t.Errorf("error text %q does not name the call and result", s)
+	}
+}
+
+// QPACK_CUDA_DEFINES: each NAME or NAME=VALUE becomes a #define line ahead
+// of the source; anything else is refused, never pasted into it.
+func TestSourceWithDefines(t *testing.T) {
+	src, defs, err := sourceWithDefines(" QP_GEMV_STAGE=0,QP_GEMV_MIN_GROUPS=3  QP_X ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "#define QP_GEMV_STAGE 0\n#define QP_GEMV_MIN_GROUPS 3\n#define QP_X \n"
+	if !strings.HasPrefix(src, want) || src[len(want):] != Source() {
+		t.Errorf("source starts %q, want %q then Source()", src[:min(len(src), 80)], want)
+	}
+	if defs != "QP_GEMV_STAGE=0 QP_GEMV_MIN_GROUPS=3 QP_X" {
+		t.Errorf("defines %q", defs)
+	}
+	if src, defs, err := sourceWithDefines(""); err != nil || src != Source() || defs != "" {
+		t.Errorf("no defines: %v, %q", err, defs)
+	}
+	for _, bad := range []string{"1X=2", "X=a;b", "X=\"s\"", "=3", "X=1\n#include"} {
+		if _, _, err := sourceWithDefines(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -17,6 +17,9 @@
 //     every row start, scales and biases 4-byte aligned.
 
 #define QP_KERNEL extern "C" __global__ void
+// A kernel launched with QP_TG threads a group that the compiler is to fit
+// at least min groups of on a multiprocessor (registers permitting).
+#define QP_KERNEL_BOUNDS(min) extern "C" __global__ void __launch_bounds__(QP_TG, min)
 #define QP_DEVICE __device__ __forceinline__
 
 // Programmatic dependent launch (sm_90 on; cuda/pdl.go): the host may
@@ -89,6 +92,17 @@ struct alignas(16) qp_float4 { float x, y, z, w; };
 // control flow that is uniform per simdgroup.
 QP_DEVICE float qp_simd_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// The sum over each half (lanes 0-15, 16-31) of a simdgroup, in every lane
+// of that half (the butterfly's last four steps). Where the other half's
+// lanes hold zeros, qp_simd_sum gives the same value: its first step adds
+// those zeros.
+QP_DEVICE float qp_half_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) {
         v += __shfl_xor_sync(0xffffffffu, v, o);
     }
     return v;

@@ -50,9 +50,8 @@ QP_DEVICE float qp_word_dot(uint q, const float* x) {
 // element (byte n into bits 16-23 under the exponent byte 0x3F), instead
 // of a shift, mask, OR and subtraction per element. Measured on the H200
 // (testdata/cuda/bandwidth.log), this left the large 4-bit matvec's rate
-// where it was (0.41x the copy bandwidth): what binds it is more likely
-// the 128 bytes of x each lane loads per 16-byte chunk of a row (twice
-// the weight bytes; 8 bits load 64), i.e. QP_QROWS rows per x load.
+// where it was (0.41x the copy bandwidth): what bound it was the loads of
+// x (see qp_stage_x).
 QP_DEVICE float qp_word_dotf4(uint q, const float* x) {
     uint ev = ((q << 3) & 0x78787878u) | 0x80808080u;
     uint od = ((q >> 1) & 0x78787878u) | 0x80808080u;
@@ -69,8 +68,46 @@ QP_DEVICE float qp_word_dotf4(uint q, const float* x) {
 // The word (0..3) of a 16-byte chunk, by a constant index once unrolled.
 QP_DEVICE uint qp_word_of(qp_uint4 q, uint i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
 
+// x staged in threadgroup memory (qp_stage_x): chunk c's elements (a
+// chunk: the elements of 16 bytes of a row, 32 at 4 bits, 16 at 8) start
+// at float c·(elements + QP_XS_PAD), so that the 8 lanes of a quarter-warp
+// loading 16 bytes each of consecutive chunks hit distinct banks. Read from
+// global memory instead, consecutive lanes' chunks are 128 or 64 bytes
+// apart: a lane's 16 bytes each from its own line, the L1's throughput
+// spent on x (Nsight Compute on the H200: 57% of the matvec's stall cycles
+// were waits on L1 loads, bench/gpu/results/ncu-gemv-q4-before.log).
+// Staged, the 12,352 x 2,048 matvec of BenchmarkDecodeKernels went from
+// 13.3 to 10.0 us at the same registers. Vectors of up to QP_XS_COLS
+// elements are staged; longer ones are read in place.
+#define QP_XS_PAD 4
+#define QP_XS_COLS 4096
+#define QP_XS_FLOATS (QP_XS_COLS / 16 * (16 + QP_XS_PAD)) // the 8-bit layout, the larger
+// QP_GEMV_STAGE 0 reads x in place always (an A/B switch for benchmarks:
+// QPACK_CUDA_DEFINES, cuda/kernels.go).
+#ifndef QP_GEMV_STAGE
+#define QP_GEMV_STAGE 1
+#endif
+
+// Copies x (cols floats) into xs in the staged layout of BITS-bit chunks
+// and returns true, after a barrier; false (nothing staged, no barrier)
+// when cols > QP_XS_COLS. Every thread of the group calls it (uniform).
+template <int BITS>
+QP_DEVICE bool qp_stage_x(QP_SHARED_PTR float* xs, QP_GLOBAL const float* x, uint cols) {
+    if (!QP_GEMV_STAGE || cols > QP_XS_COLS) {
+        return false;
+    }
+    const uint per = 128 / BITS;
+    for (uint f = 4 * QP_TID; f < cols; f += 4 * QP_TG) {
+        uint c = f / per;
+        *(QP_SHARED_PTR qp_float4*)(xs + c * (per + QP_XS_PAD) + (f - c * per)) = qp_load_float4(x + f);
+    }
+    QP_BARRIER();
+    return true;
+}
+
 // The partial sums of one lane for rows row0 .. row0+QP_QROWS-1 of a 4- or
-// 8-bit matrix (w, s, b) times x (cols floats): the lane takes 16-byte
+// 8-bit matrix (w, s, b) times x (cols floats; STAGED: in qp_stage_x's
+// layout): the lane takes 16-byte
 // chunks c0, c0+step, ... of each row (32 elements at 4 bits, 16 at 8): a
 // chunk never straddles a quantization group, since groups are >= 32
 // elements and multiples of the chunk. Rows past the end are clamped to
@@ -80,12 +117,13 @@ QP_DEVICE uint qp_word_of(qp_uint4 q, uint i) { return i == 0 ? q.x : i == 1 ? q
 // elements at a time and used for every row, so that few registers hold
 // it (the kernel's occupancy is bound by its registers); the sums are
 // formed in the same order as with the whole chunk's x held at once.
-template <int BITS>
+template <int BITS, bool STAGED = false>
 QP_DEVICE void qp_rows_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b, uint rows,
-                         uint cols, uint group, uint stype, QP_GLOBAL const float* x, uint row0, uint c0, uint step,
+                         uint cols, uint group, uint stype, const float* x, uint row0, uint c0, uint step,
                          float acc[QP_QROWS]) {
     const uint per = 128 / BITS; // elements per chunk
     const uint wper = 32 / BITS; // elements per 32-bit word
+    const uint xstride = STAGED ? per + QP_XS_PAD : per;
     ulong rowBytes = ulong(cols) * BITS / 8;
     ulong sRow = ulong(cols / group) * (stype == QP_F32 ? 4 : 2);
     // Row j's bytes start dw[j] (scales and biases ds[j]) after row0's:
@@ -114,7 +152,7 @@ QP_DEVICE void qp_rows_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_
             sc[j] = qp_load_float(s0 + ds[j], gi, stype);
             bi[j] = qp_load_float(b0 + ds[j], gi, stype);
         }
-        QP_GLOBAL const float* xs = x + ulong(c) * per;
+        const float* xs = x + ulong(c) * xstride;
         float xsum = 0.0f;
         float dot[QP_QROWS];
         QP_UNROLL
@@ -144,6 +182,18 @@ QP_DEVICE void qp_rows_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_
             float t = BITS == 4 ? 16.0f * (dot[j] - xsum) : dot[j];
             acc[j] += sc[j] * t + bi[j] * xsum;
         }
+    }
+}
+
+// qp_rows_q over x staged in xs when staged, else over x in place.
+template <int BITS>
+QP_DEVICE void qp_rows_qx(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b, uint rows,
+                          uint cols, uint group, uint stype, QP_GLOBAL const float* x, QP_SHARED_PTR const float* xs,
+                          bool staged, uint row0, uint c0, uint step, float acc[QP_QROWS]) {
+    if (staged) {
+        qp_rows_q<BITS, true>(w, s, b, rows, cols, group, stype, xs, row0, c0, step, acc);
+    } else {
+        qp_rows_q<BITS, false>(w, s, b, rows, cols, group, stype, x, row0, c0, step, acc);
     }
 }
 
@@ -235,19 +285,34 @@ QP_DEVICE void qp_gemv_q(QGemv p) {
     uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
     if (part == 0) qp_prefetch_rows<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, row0);
     qp_grid_begin();
+    QP_SHARED float xs[QP_XS_FLOATS];
     bool active = row0 < p.rows;
     ulong v = QP_GROUP_Y;
+    QP_GLOBAL const float* x = p.x + v * p.cols;
+    bool staged = qp_stage_x<BITS>(xs, x, p.cols);
     float acc[QP_QROWS] = {};
     if (active) {
-        qp_rows_q<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0,
-                        part * QP_SIMD + QP_LANE, QP_SIMD * split, acc);
+        qp_rows_qx<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, x, xs, staged, row0,
+                         part * QP_SIMD + QP_LANE, QP_SIMD * split, acc);
     }
     qp_gemv_store(acc, active, split, part, p.y + v * p.rows, p.rows, row0);
 }
 
-QP_KERNEL gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
+// Groups of a 4- or 8-bit matvec kernel (and of their sets) the compiler
+// is to fit on a multiprocessor. Measured on the H200 (BenchmarkDecodeKernels,
+// bench/gpu/results/decode-kernels-session5.log, 2026-12-02): bounded by
+// 256 threads a group alone, NVRTC gave gemv_q4 218 registers (one group a
+// multiprocessor, 0.38x the copy bandwidth on the DeltaNet's 12,352 x 2,048
+// input projections, with x staged); at 3, 80 registers without spills and
+// 0.54x; at 4, 64 registers and 0.36x. An A/B switch for benchmarks
+// (QPACK_CUDA_DEFINES), as QP_MOE_MIN_GROUPS (22_moe.cu).
+#ifndef QP_GEMV_MIN_GROUPS
+#define QP_GEMV_MIN_GROUPS 3
+#endif
 
-QP_KERNEL gemv_q8(QGemv p) { qp_gemv_q<8>(p); }
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4(QGemv p) { qp_gemv_q<4>(p); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8(QGemv p) { qp_gemv_q<8>(p); }
 
 // Up to QP_GSET products of one input in one launch (nn.MatMuls: the
 // attention's q, k and v, the DeltaNet's input projections, a router and
@@ -316,17 +381,20 @@ QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
         }
     }
     ulong v = QP_GROUP_Y;
+    QP_SHARED float xs[QP_XS_FLOATS];
+    QP_GLOBAL const float* x = p.x + v * p.cols;
+    bool staged = qp_stage_x<BITS>(xs, x, p.cols);
     float acc[QP_QROWS] = {};
     if (active) {
-        qp_rows_q<BITS>(w, s, b, rows, p.cols, p.group, p.stype, p.x + v * p.cols, row0, part * QP_SIMD + QP_LANE,
-                        QP_SIMD * split, acc);
+        qp_rows_qx<BITS>(w, s, b, rows, p.cols, p.group, p.stype, x, xs, staged, row0, part * QP_SIMD + QP_LANE,
+                         QP_SIMD * split, acc);
     }
     qp_gemv_store(acc, active, split, part, out + v * rows, rows, row0);
 }
 
-QP_KERNEL gemv_q4_set(QGemvSet p) { qp_gemv_set<4>(p); }
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set(QGemvSet p) { qp_gemv_set<4>(p); }
 
-QP_KERNEL gemv_q8_set(QGemvSet p) { qp_gemv_set<8>(p); }
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set(QGemvSet p) { qp_gemv_set<8>(p); }
 
 // The partial sum of one lane for row `row` of a matrix of any width from 2
 // to 8 bits (used for 2, 3, 5 and 6): a row is one little-endian bit

@@ -30,6 +30,14 @@
 // *fault: the host reads that word at the end of the pass and reports an
 // error instead of the logits (never a wrong expert silently).
 
+// Groups of a 4- or 8-bit moe kernel the compiler is to fit on a
+// multiprocessor (as QP_GEMV_MIN_GROUPS; BenchmarkDecodeKernels on the
+// H200: at 1, 229 registers and 9.5 us for a decode step's 8 experts'
+// gate and up; at 2, 7.0 us; at 3, 48 bytes spilled and 9.4 us).
+#ifndef QP_MOE_MIN_GROUPS
+#define QP_MOE_MIN_GROUPS 2
+#endif
+
 // The most experts per token (route_topk's QK_ROUTE_MAXK).
 #define QK_MOE_MAXK 64
 
@@ -51,7 +59,7 @@ struct MoEParams {
     uint E;
     uint act;   // QK_ACT_SILU or QK_ACT_GELU_TANH (gateup only)
     uint layer; // for the fault word
-    uint pad;
+    uint split; // gateup, 4 and 8 bits: simdgroups that share a row quad's chunks (gemv_q's split); else 1
 };
 QP_STATIC_ASSERT(sizeof(MoEParams) == 104, "MoEParams layout");
 
@@ -66,20 +74,30 @@ QP_DEVICE uint qp_moe_rows_per_simd() {
     return BITS == 4 || BITS == 8 ? uint(QP_QROWS) : 1u;
 }
 
-// One lane's partial sums for rows row0 .. of matrix m (its w, s, b
-// addresses) times x.
+// Whether moe_down's simdgroups split into halves for rows of cols
+// elements: 4 and 8 bits, at most 16 chunks of 16 bytes a row (the host's
+// moeDownHalf).
 template <int BITS>
-QP_DEVICE void qp_moe_rows(QP_GLOBAL const ulong* m, const MoEParams& p, QP_GLOBAL const float* x, uint row0,
-                           uint lane, float acc[QP_QROWS]) {
+QP_DEVICE bool qp_moe_down_half(uint cols) {
+    return (BITS == 4 || BITS == 8) && cols * BITS <= 16 * 128;
+}
+
+// One lane's partial sums for rows row0 .. of matrix m (its w, s, b
+// addresses) times x (4 and 8 bits: x staged in xs when staged, the lane's
+// chunks c0, c0+step, ...; the other kinds: lane c0 of 32).
+template <int BITS>
+QP_DEVICE void qp_moe_rows(QP_GLOBAL const ulong* m, const MoEParams& p, QP_GLOBAL const float* x,
+                           QP_SHARED_PTR const float* xs, bool staged, uint row0, uint c0, uint step,
+                           float acc[QP_QROWS]) {
     QP_GLOBAL const uchar* w = (QP_GLOBAL const uchar*)m[0];
     QP_GLOBAL const uchar* s = (QP_GLOBAL const uchar*)m[1];
     QP_GLOBAL const uchar* b = (QP_GLOBAL const uchar*)m[2];
     if constexpr (BITS == QP_MOE_DENSE) {
-        acc[0] = qp_row_dense(w, p.cols, p.stype, x, row0, lane);
+        acc[0] = qp_row_dense(w, p.cols, p.stype, x, row0, c0);
     } else if constexpr (BITS == QP_MOE_QN) {
-        acc[0] = qp_row_qn(w, s, b, p.cols, p.group, p.stype, p.bits, x, row0, lane);
+        acc[0] = qp_row_qn(w, s, b, p.cols, p.group, p.stype, p.bits, x, row0, c0);
     } else {
-        qp_rows_q<BITS>(w, s, b, p.rows, p.cols, p.group, p.stype, x, row0, lane, QP_SIMD, acc);
+        qp_rows_qx<BITS>(w, s, b, p.rows, p.cols, p.group, p.stype, x, xs, staged, row0, c0, step, acc);
     }
 }
 
@@ -95,53 +113,98 @@ QP_DEVICE int qp_moe_expert(const MoEParams& p, uint s, uint lane) {
     return e;
 }
 
+// Gate and up: group (x, y) = (row block, slot s); the group's
+// simdgroups take row quads (4 and 8 bits; one row otherwise) in turn,
+// split of them to a quad, each its share of the chunks (gemv_q's
+// arrangement, so that a decode step's few slots of I rows fill the
+// device); the quad's sums over the parts are formed in part order, as
+// qp_gemv_store forms them. The token's x is staged once for the group.
 template <int BITS>
 QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
     const uint R = qp_moe_rows_per_simd<BITS>();
-    uint row0 = (QP_GROUP_X * QP_SIMDS + QP_SIMD_ID) * R;
-    if (row0 >= p.rows) {
-        return; // uniform per simdgroup
-    }
+    const bool Q = BITS == 4 || BITS == 8;
+    QP_SHARED float xs[Q ? QP_XS_FLOATS : 1];
+    QP_SHARED float sums[2 * QP_SIMDS * QP_QROWS];
+    uint split = Q ? p.split : 1u;
+    uint part = QP_SIMD_ID % split;
+    uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * R;
     uint lane = QP_LANE;
     uint s = QP_GROUP_Y;
+    QP_GLOBAL const float* x = p.x + ulong(s / p.k) * p.cols;
+    bool staged = false;
+    if constexpr (Q) {
+        staged = qp_stage_x<BITS>(xs, x, p.cols); // every thread (a barrier)
+    }
+    bool active = row0 < p.rows; // uniform per simdgroup
+    int e = active ? qp_moe_expert(p, s, lane) : -1;
+    float g[QP_QROWS] = {};
+    float u[QP_QROWS] = {};
+    if (e >= 0) {
+        QP_GLOBAL const ulong* m = p.table + ulong(e) * 9;
+        uint c0 = Q ? part * QP_SIMD + lane : lane;
+        qp_moe_rows<BITS>(m, p, x, xs, staged, row0, c0, QP_SIMD * split, g);
+        qp_moe_rows<BITS>(m + 3, p, x, xs, staged, row0, c0, QP_SIMD * split, u);
+    }
+    float gs[QP_QROWS];
+    float us[QP_QROWS];
+    QP_UNROLL
+    for (uint j = 0; j < R; j++) {
+        gs[j] = qp_simd_sum(g[j]);
+        us[j] = qp_simd_sum(u[j]);
+    }
     QP_GLOBAL float* y = p.y + ulong(s) * p.rows;
-    int e = qp_moe_expert(p, s, lane);
-    if (e < 0) {
+    if (split > 1) {
+        uint sid = QP_SIMD_ID;
         if (lane == 0) {
-            for (uint j = 0; j < R && row0 + j < p.rows; j++) {
-                y[row0 + j] = 0.0f;
+            QP_UNROLL
+            for (uint j = 0; j < R; j++) {
+                sums[sid * R + j] = gs[j];
+                sums[QP_SIMDS * QP_QROWS + sid * R + j] = us[j];
             }
+        }
+        QP_BARRIER();
+        if (active && part == 0 && lane < R && row0 + lane < p.rows) {
+            float gv = sums[sid * R + lane];
+            float uv = sums[QP_SIMDS * QP_QROWS + sid * R + lane];
+            for (uint k = 1; k < split; k++) {
+                gv += sums[(sid + k) * R + lane];
+                uv += sums[QP_SIMDS * QP_QROWS + (sid + k) * R + lane];
+            }
+            float a = p.act == QK_ACT_GELU_TANH ? qk_gelu_tanh(gv) : qk_silu(gv);
+            y[row0 + lane] = e < 0 ? 0.0f : a * uv;
         }
         return;
     }
-    QP_GLOBAL const ulong* m = p.table + ulong(e) * 9;
-    QP_GLOBAL const float* x = p.x + ulong(s / p.k) * p.cols;
-    float g[QP_QROWS];
-    float u[QP_QROWS];
-    qp_moe_rows<BITS>(m, p, x, row0, lane, g);
-    qp_moe_rows<BITS>(m + 3, p, x, row0, lane, u);
     QP_UNROLL
     for (uint j = 0; j < R; j++) {
-        float gs = qp_simd_sum(g[j]);
-        float us = qp_simd_sum(u[j]);
-        if (lane == 0 && row0 + j < p.rows) {
-            float a = p.act == QK_ACT_GELU_TANH ? qk_gelu_tanh(gs) : qk_silu(gs);
-            y[row0 + j] = a * us;
+        if (active && lane == 0 && row0 + j < p.rows) {
+            float a = p.act == QK_ACT_GELU_TANH ? qk_gelu_tanh(gs[j]) : qk_silu(gs[j]);
+            y[row0 + j] = e < 0 ? 0.0f : a * us[j];
         }
     }
 }
 
-// Down and combine: group (x, y) = (R rows, token t); simdgroup w computes
-// the rows of the token's experts j = w, w+QP_SIMDS, ... into shared
-// memory, then one lane per row sums them in order j = 0 .. k-1 (Combine's
-// order and arithmetic).
+// Down and combine: group (x, y) = (row block, token t); simdgroup w
+// computes the rows of the token's experts j = w, w+QP_SIMDS, ... into
+// shared memory, then one lane per row sums them in order j = 0 .. k-1
+// (Combine's order and arithmetic). When a row has at most 16 chunks (an
+// expert's down product of I = 512 at 4 bits has 16), the halves of a
+// simdgroup take two row quads (lanes 16-31 the second, each lane one
+// chunk's share as before, summed over its half: the bits of the whole
+// simdgroup's sum with the idle lanes' zeros), so a row block is 2·R rows
+// and a decode step's launch has half the groups.
 template <int BITS>
 QP_DEVICE void qp_moe_down(const MoEParams& p) {
-    QP_SHARED float part[QK_MOE_MAXK * QP_QROWS];
     const uint R = qp_moe_rows_per_simd<BITS>();
-    uint row0 = QP_GROUP_X * R;
+    QP_SHARED float part[QK_MOE_MAXK * 2 * QP_QROWS];
+    bool half = qp_moe_down_half<BITS>(p.cols);
+    uint RB = half ? 2 * R : R; // rows of the group
+    uint row0 = QP_GROUP_X * RB;
     uint t = QP_GROUP_Y;
     uint lane = QP_LANE;
+    uint hi = half ? lane / 16 : 0; // which of the two quads
+    uint c0 = half ? lane % 16 : lane;
+    uint step = half ? 16 : QP_SIMD;
     for (uint i = QP_SIMD_ID; i < p.k; i += QP_SIMDS) {
         uint s = t * p.k + i;
         int e = qp_moe_expert(p, s, lane);
@@ -150,20 +213,21 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
         for (uint j = 0; j < QP_QROWS; j++) {
             acc[j] = 0.0f;
         }
-        if (e >= 0) {
-            qp_moe_rows<BITS>(p.table + ulong(e) * 9 + 6, p, p.x + ulong(s) * p.cols, row0, lane, acc);
+        uint r0 = row0 + hi * R;
+        if (e >= 0 && r0 < p.rows) {
+            qp_moe_rows<BITS>(p.table + ulong(e) * 9 + 6, p, p.x + ulong(s) * p.cols, 0, false, r0, c0, step, acc);
         }
         QP_UNROLL
         for (uint j = 0; j < R; j++) {
-            float d = qp_simd_sum(acc[j]);
-            if (lane == 0) {
-                part[i * R + j] = d;
+            float d = half ? qp_half_sum(acc[j]) : qp_simd_sum(acc[j]);
+            if (lane % 16 == 0 && (half || lane == 0)) {
+                part[i * RB + hi * R + j] = d;
             }
         }
     }
     QP_BARRIER();
     uint tid = QP_TID;
-    if (tid < R && row0 + tid < p.rows) {
+    if (tid < RB && row0 + tid < p.rows) {
         float out = 0.0f;
         for (uint i = 0; i < p.k; i++) {
             uint s = t * p.k + i;
@@ -175,7 +239,7 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
             if (p.scale != 0) {
                 w = w * p.scale[e];
             }
-            out += w * part[i * R + tid];
+            out += w * part[i * RB + tid];
         }
         QP_GLOBAL float* y = p.y + ulong(t) * p.rows + row0 + tid;
         if (p.gate != 0) {
@@ -185,11 +249,11 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
     }
 }
 
-QP_KERNEL moe_gateup_q4(MoEParams p) { qp_grid_begin(); qp_moe_gateup<4>(p); }
-QP_KERNEL moe_gateup_q8(MoEParams p) { qp_grid_begin(); qp_moe_gateup<8>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q4(MoEParams p) { qp_grid_begin(); qp_moe_gateup<4>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q8(MoEParams p) { qp_grid_begin(); qp_moe_gateup<8>(p); }
 QP_KERNEL moe_gateup_qn(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_QN>(p); }
 QP_KERNEL moe_gateup_dense(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_DENSE>(p); }
-QP_KERNEL moe_down_q4(MoEParams p) { qp_grid_begin(); qp_moe_down<4>(p); }
-QP_KERNEL moe_down_q8(MoEParams p) { qp_grid_begin(); qp_moe_down<8>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q4(MoEParams p) { qp_grid_begin(); qp_moe_down<4>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q8(MoEParams p) { qp_grid_begin(); qp_moe_down<8>(p); }
 QP_KERNEL moe_down_qn(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_QN>(p); }
 QP_KERNEL moe_down_dense(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_DENSE>(p); }

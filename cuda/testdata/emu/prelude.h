@@ -27,6 +27,7 @@ void qp_emu_barrier();
 void qp_emu_warp_barrier(uint warp);
 
 #define QP_KERNEL extern "C" void
+#define QP_KERNEL_BOUNDS(min) extern "C" void
 // One group runs at a time here: no launch overlaps another, nothing to wait for.
 static inline void qp_grid_begin() {}
 static inline void qp_prefetch_l2(const void*) {}
@@ -111,9 +112,9 @@ QP_DEVICE float qp_log1p(float x) { return std::log1p(x); }
 // emulator rather than pass.
 extern float qp_emu_shfl[8][32];
 template <typename Op>
-QP_DEVICE float qp_emu_butterfly(float v, Op op) {
+QP_DEVICE float qp_emu_butterfly(float v, Op op, uint first = 16) {
     uint w = QP_SIMD_ID, l = QP_LANE;
-    for (uint o = 16; o > 0; o >>= 1) {
+    for (uint o = first; o > 0; o >>= 1) {
         qp_emu_shfl[w][l] = v;
         qp_emu_warp_barrier(w);
         float other = qp_emu_shfl[w][l ^ o];
@@ -124,6 +125,10 @@ QP_DEVICE float qp_emu_butterfly(float v, Op op) {
 }
 QP_DEVICE float qp_simd_sum(float v) {
     return qp_emu_butterfly(v, [](float a, float b) { return a + b; });
+}
+// The prelude's qp_half_sum: the butterfly's steps 8 .. 1.
+QP_DEVICE float qp_half_sum(float v) {
+    return qp_emu_butterfly(v, [](float a, float b) { return a + b; }, 8);
 }
 QP_DEVICE float qp_simd_max(float v) {
     return qp_emu_butterfly(v, [](float a, float b) { return std::fmax(a, b); });
