@@ -103,6 +103,10 @@ func (c matCase) String() string {
 	return fmt.Sprintf("q%d-g%d-%v-%dx%d", c.bits, c.group, c.t, c.rows, c.cols)
 }
 
+// stagedCols is QP_XS_COLS: the longest input vector the matvecs stage in
+// threadgroup memory (TestParamStructSizes checks the source).
+const stagedCols = 8192
+
 func matCases() []matCase {
 	var cs []matCase
 	types := []mlxq.Float{mlxq.BF16, mlxq.F16, mlxq.F32}
@@ -113,6 +117,8 @@ func matCases() []matCase {
 			}
 		}
 	}
+	// Rows longer than the kernels stage (QP_XS_COLS): x read in place.
+	cs = append(cs, matCase{5, stagedCols + 128, 4, 64, mlxq.BF16}, matCase{6, stagedCols + 256, 8, 32, mlxq.F16})
 	for _, bits := range []int{2, 3, 5, 6} {
 		cs = append(cs, matCase{33, 384, bits, 64, mlxq.BF16}, matCase{9, 256, bits, 32, mlxq.F32})
 	}

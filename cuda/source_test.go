@@ -32,6 +32,9 @@ func TestParamStructSizes(t *testing.T) {
 	if !strings.Contains(src, fmt.Sprintf("#define QP_QROWS %d\n", qRows)) || !strings.Contains(src, fmt.Sprintf("#define QP_TG %d\n", tgThreads)) {
 		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
 	}
+	if !strings.Contains(src, fmt.Sprintf("#define QP_XS_COLS %d\n", stagedCols)) {
+		t.Errorf("QP_XS_COLS in the kernel source differs from stagedCols=%d (matCases' in-place rows)", stagedCols)
+	}
 	bounded := regexp.MustCompile(`QP_KERNEL_BOUNDS\([A-Z_0-9]+\) (\w+)\(`)
 	withBounds := map[string]bool{}
 	for _, m := range bounded.FindAllStringSubmatch(src, -1) {

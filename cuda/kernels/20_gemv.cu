@@ -80,8 +80,8 @@ QP_DEVICE uint qp_word_of(qp_uint4 q, uint i) { return i == 0 ? q.x : i == 1 ? q
 // 13.3 to 10.0 us at the same registers. Vectors of up to QP_XS_COLS
 // elements are staged; longer ones are read in place.
 #define QP_XS_PAD 4
-#define QP_XS_COLS 4096
-#define QP_XS_FLOATS (QP_XS_COLS / 16 * (16 + QP_XS_PAD)) // the 8-bit layout, the larger
+#define QP_XS_COLS 8192
+#define QP_XS_FLOATS (QP_XS_COLS / 16 * (16 + QP_XS_PAD)) // the 8-bit layout, the larger: 40 KiB
 // QP_GEMV_STAGE 0 reads x in place always (an A/B switch for benchmarks:
 // QPACK_CUDA_DEFINES, cuda/kernels.go).
 #ifndef QP_GEMV_STAGE
