@@ -148,20 +148,8 @@ func fillCache(t *testing.T, s *hubtest.Server, repo string) string {
 // complete (a handler logs its byte count after the client may already
 // have read the body).
 func settled(s *hubtest.Server) []hubtest.Request {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rs := s.Requests()
-		done := true
-		for _, r := range rs {
-			if r.Status == 0 {
-				done = false
-			}
-		}
-		if done || time.Now().After(deadline) {
-			return rs
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	log, _ := s.SettledRequests(5 * time.Second)
+	return log
 }
 
 // fileBytes sums the body bytes the fake Hub sent for each repository file.

@@ -251,27 +251,12 @@ func TestConcurrentDownloadsShareTheCache(t *testing.T) {
 }
 
 // settledRequests returns the hub's log once no request is still in
-// progress: a handler records its body bytes after the last write, so a
-// client may have read a whole body (and returned) before its request's
-// entry is complete. Waits at most 5 s.
+// progress (hubtest's Settle, at most 5 s), failing the test otherwise.
 func settledRequests(t *testing.T, hub *hubtest.Server) []hubtest.Request {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		log := hub.Requests()
-		done := true
-		for _, r := range log {
-			if r.Status == 0 {
-				done = false
-				break
-			}
-		}
-		if done {
-			return log
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hub's log still has requests in progress after 5 s")
-		}
-		time.Sleep(5 * time.Millisecond)
+	log, ok := hub.SettledRequests(5 * time.Second)
+	if !ok {
+		t.Fatalf("the hub's log still has requests in progress after 5 s")
 	}
+	return log
 }

@@ -147,7 +147,11 @@ func TestHubMatchesDir(t *testing.T) {
 			// No range was fetched twice: every CDN body byte belongs to
 			// the shard bytes exactly once, plus the header reads.
 			var cdn int64
-			for _, r := range s.Requests() {
+			log, ok := s.SettledRequests(5 * time.Second)
+			if !ok {
+				t.Fatal("the fake Hub still has requests in progress after 5 s")
+			}
+			for _, r := range log {
 				if r.Route == hubtest.RouteCDN && r.Method == "GET" {
 					cdn += r.BodyBytes
 				}

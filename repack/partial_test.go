@@ -8,14 +8,21 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/qpack-go/qpack/hfhub/hubtest"
 )
 
-// cdnBytes sums the body bytes the fake Hub's CDN served.
-func cdnBytes(s *hubtest.Server) int64 {
+// cdnBytes sums the body bytes the fake Hub's CDN served, once no request
+// is in progress (a handler logs its bytes after its last write).
+func cdnBytes(t *testing.T, s *hubtest.Server) int64 {
+	t.Helper()
+	log, ok := s.SettledRequests(5 * time.Second)
+	if !ok {
+		t.Fatal("the fake Hub still has requests in progress after 5 s")
+	}
 	var n int64
-	for _, r := range s.Requests() {
+	for _, r := range log {
 		if r.Route == hubtest.RouteCDN {
 			n += r.BodyBytes
 		}
@@ -123,7 +130,7 @@ func TestInterruptKeepsPartialRanges(t *testing.T) {
 	for _, n := range sizes {
 		total += n
 	}
-	if got, bound := cdnBytes(hub), total-kept+headerBytes(t, src); got > bound {
+	if got, bound := cdnBytes(t, hub), total-kept+headerBytes(t, src); got > bound {
 		t.Errorf("rerun fetched %d bytes; %d were not kept, bound %d", got, total-kept, bound)
 	}
 	ref := filepath.Join(t.TempDir(), "ref.qpack")
@@ -153,7 +160,7 @@ func TestPartialRangeMismatchRefetches(t *testing.T) {
 	}
 	// The damaged range came again in full: at least its recorded prefix
 	// more than the kept bytes allow.
-	if got, min := cdnBytes(hub), total-keptBytes(t, j, sizes)+p.Done; got < min {
+	if got, min := cdnBytes(t, hub), total-keptBytes(t, j, sizes)+p.Done; got < min {
 		t.Errorf("rerun fetched %d bytes, want at least %d (range %d in full)", got, min, p.Range)
 	}
 	ref := filepath.Join(t.TempDir(), "ref.qpack")

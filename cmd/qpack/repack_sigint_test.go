@@ -75,17 +75,9 @@ func TestRepackSIGINT(t *testing.T) {
 	// cdn counts the bytes of the CDN's answers, once every answer is
 	// logged as ended (the client may finish before the server logs).
 	cdn := func() int64 {
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			open := false
-			for _, r := range hub.Requests() {
-				open = open || r.Status == 0
-			}
-			if !open {
-				break
-			}
-		}
+		log, _ := hub.SettledRequests(5 * time.Second)
 		var n int64
-		for _, r := range hub.Requests() {
+		for _, r := range log {
 			if r.Route == hubtest.RouteCDN {
 				n += r.BodyBytes
 			}

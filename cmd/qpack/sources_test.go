@@ -203,20 +203,11 @@ func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	got := map[string]int64{}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got = map[string]int64{}
-		pending := false
-		for _, r := range hub.Requests() {
-			pending = pending || r.Status == 0
-			if r.Method == "GET" && r.File != "" {
-				got[r.File] += r.BodyBytes
-			}
+	log, _ := hub.SettledRequests(5 * time.Second)
+	for _, r := range log {
+		if r.Method == "GET" && r.File != "" {
+			got[r.File] += r.BodyBytes
 		}
-		if !pending || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	shard := filepath.Join(srcTiny, missing[0])
 	want := map[string]int64{missing[0]: fileSize(t, shard) + headerLen(t, shard), missing[1]: fileSize(t, filepath.Join(srcTiny, missing[1]))}

@@ -204,8 +204,11 @@ func RangeFrom(off int64) func(Request) bool {
 
 // BytesServed sums the body bytes sent for file (a repository path) by GETs
 // on the resolve, resolve-cache and CDN routes; with ranges given it counts
-// only requests whose Range starts at one of those offsets.
+// only requests whose Range starts at one of those offsets. It first waits
+// (Settle, up to settleWait) for requests in progress: a handler logs its
+// body bytes after its last write, which the client may have read already.
 func (s *Server) BytesServed(file string, rangeOffs ...int64) int64 {
+	s.Settle(settleWait)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
@@ -250,15 +253,54 @@ func (s *Server) Seq() int {
 	return s.seq + 1
 }
 
+// settleWait bounds BytesServed's and SettledRequests' wait for handlers
+// still running.
+const settleWait = 5 * time.Second
+
+// Settle waits until every request that has arrived has been answered and
+// logged (its handler returned: Status and BodyBytes final), polling, at
+// most timeout; it reports whether that happened. A client's download can
+// return before the handler that served its last bytes has logged them.
+func (s *Server) Settle(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.mu.Lock()
+		n := s.running
+		s.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// SettledRequests is Requests after Settle(timeout); ok is Settle's answer
+// (false: some entries may still be in progress, Status 0).
+func (s *Server) SettledRequests(timeout time.Duration) (log []Request, ok bool) {
+	ok = s.Settle(timeout)
+	return s.Requests(), ok
+}
+
 // begin numbers a request and logs it at once (so a client that has read its
-// answer always finds it in the log); finish updates the entry.
+// answer always finds it in the log); update changes the entry, finish marks
+// its handler done.
 func (s *Server) begin(r *Request) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.running++
 	s.seq++
 	r.Seq = s.seq
 	s.log = append(s.log, *r)
 	return r.Seq
+}
+
+func (s *Server) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
 }
 
 func (s *Server) update(seq int, r Request) {

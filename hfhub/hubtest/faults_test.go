@@ -241,3 +241,33 @@ func TestFaultBySeq(t *testing.T) {
 		t.Fatalf("codes %v", codes)
 	}
 }
+
+// Settle waits for handlers still running: a hanging answer keeps one
+// running (Settle false, its entry Status 0) until the client goes away;
+// then the entry is final and Settle true.
+func TestSettle(t *testing.T) {
+	s, _, _ := faultRepo(t, Config{})
+	if !s.Settle(0) {
+		t.Fatal("Settle false with no request")
+	}
+	s.Inject(Fault{Kind: FaultHang, Route: RouteInfo, AfterBytes: 5})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/api/models/org/m", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("headers should arrive: %v", err)
+	}
+	defer resp.Body.Close()
+	if s.Settle(50 * time.Millisecond) {
+		t.Fatal("Settle true while an answer hangs")
+	}
+	if log, ok := s.SettledRequests(0); ok || len(log) == 0 || log[len(log)-1].Status != 0 {
+		t.Fatalf("in progress: ok %v, log %+v", ok, log)
+	}
+	cancel()
+	log, ok := s.SettledRequests(5 * time.Second)
+	if last := log[len(log)-1]; !ok || last.Route != RouteInfo || last.Status != 200 || last.BodyBytes != 5 {
+		t.Fatalf("after the client left: ok %v, log %+v", ok, log)
+	}
+}

@@ -102,6 +102,7 @@ func (s *Server) handler(rl role) http.Handler {
 				}
 			}
 			s.update(idx, c.entry)
+			s.finish()
 		}()
 		if rl == roleCDN {
 			c.serveCDN()

@@ -121,6 +121,7 @@ type Server struct {
 	log     []Request
 	seq     int
 	reqIDs  int
+	running int // handlers that have not returned (Settle)
 }
 
 type cdnEntry struct {
