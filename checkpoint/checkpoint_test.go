@@ -144,18 +144,11 @@ func fillCache(t *testing.T, s *hubtest.Server, repo string) string {
 	return cache
 }
 
-// settled returns the fake Hub's log once every request in it is
-// complete (a handler logs its byte count after the client may already
-// have read the body).
-func settled(s *hubtest.Server) []hubtest.Request {
-	log, _ := s.SettledRequests(5 * time.Second)
-	return log
-}
-
 // fileBytes sums the body bytes the fake Hub sent for each repository file.
 func fileBytes(s *hubtest.Server) map[string]int64 {
 	out := map[string]int64{}
-	for _, r := range settled(s) {
+	log, _ := s.SettledRequests() // a handler logs its bytes after the client may have read them
+	for _, r := range log {
 		if r.File != "" && r.Method == "GET" {
 			out[r.File] += r.BodyBytes
 		}

@@ -147,7 +147,7 @@ func TestHubMatchesDir(t *testing.T) {
 			// No range was fetched twice: every CDN body byte belongs to
 			// the shard bytes exactly once, plus the header reads.
 			var cdn int64
-			log, ok := s.SettledRequests(5 * time.Second)
+			log, ok := s.SettledRequests()
 			if !ok {
 				t.Fatal("the fake Hub still has requests in progress after 5 s")
 			}

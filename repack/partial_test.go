@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/qpack-go/qpack/hfhub/hubtest"
 )
@@ -17,7 +16,7 @@ import (
 // is in progress (a handler logs its bytes after its last write).
 func cdnBytes(t *testing.T, s *hubtest.Server) int64 {
 	t.Helper()
-	log, ok := s.SettledRequests(5 * time.Second)
+	log, ok := s.SettledRequests()
 	if !ok {
 		t.Fatal("the fake Hub still has requests in progress after 5 s")
 	}

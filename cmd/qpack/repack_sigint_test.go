@@ -75,7 +75,7 @@ func TestRepackSIGINT(t *testing.T) {
 	// cdn counts the bytes of the CDN's answers, once every answer is
 	// logged as ended (the client may finish before the server logs).
 	cdn := func() int64 {
-		log, _ := hub.SettledRequests(5 * time.Second)
+		log, _ := hub.SettledRequests()
 		var n int64
 		for _, r := range log {
 			if r.Route == hubtest.RouteCDN {

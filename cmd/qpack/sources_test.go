@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qpack-go/qpack/hfhub/hubtest"
 	"github.com/qpack-go/qpack/repack"
@@ -203,7 +202,7 @@ func TestRepackPartialCacheFetchesOnlyMissing(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	got := map[string]int64{}
-	log, _ := hub.SettledRequests(5 * time.Second)
+	log, _ := hub.SettledRequests()
 	for _, r := range log {
 		if r.Method == "GET" && r.File != "" {
 			got[r.File] += r.BodyBytes

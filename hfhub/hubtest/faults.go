@@ -254,7 +254,7 @@ func (s *Server) Seq() int {
 }
 
 // settleWait bounds BytesServed's and SettledRequests' wait for handlers
-// still running.
+// still running (5 s: the tests' answers take milliseconds).
 const settleWait = 5 * time.Second
 
 // Settle waits until every request that has arrived has been answered and
@@ -277,10 +277,10 @@ func (s *Server) Settle(timeout time.Duration) bool {
 	}
 }
 
-// SettledRequests is Requests after Settle(timeout); ok is Settle's answer
-// (false: some entries may still be in progress, Status 0).
-func (s *Server) SettledRequests(timeout time.Duration) (log []Request, ok bool) {
-	ok = s.Settle(timeout)
+// SettledRequests is Requests after Settle(settleWait); ok is Settle's
+// answer (false: some entries may still be in progress, Status 0).
+func (s *Server) SettledRequests() (log []Request, ok bool) {
+	ok = s.Settle(settleWait)
 	return s.Requests(), ok
 }
 
