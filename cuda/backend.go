@@ -39,6 +39,7 @@ type Backend struct {
 	scratch devptr
 	stats   Stats
 	prof    *profiler // QPACK_CUDA_PROFILE=1 (profile.go)
+	tl      *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go)
 	// splitOverride, when > 0, replaces gemvSplit's choice (benchmarks
 	// and tests compare splits).
 	splitOverride int
@@ -129,6 +130,10 @@ func newBackend(dev device) (*Backend, error) {
 	b.dev = dev
 	if b.prof == nil {
 		b.dev = withRecorder(dev, &b.stats)
+		if r, ok := b.dev.(*recorder); ok && os.Getenv(profileEnv) == profileGraphs {
+			r.tl = newTimeline(dev)
+			b.tl = r.tl
+		}
 	}
 	for _, k := range kernelNames {
 		f, err := dev.function(k)
@@ -170,9 +175,14 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	var errs []error
-	if b.prof != nil {
+	if b.prof != nil || b.tl != nil {
 		b.logProfile()
+	}
+	if b.prof != nil {
 		errs = append(errs, b.prof.release(b))
+	}
+	if b.tl != nil {
+		errs = append(errs, b.tl.release(b.dev))
 	}
 	if b.layer != nil {
 		errs = append(errs, b.layer.release())

@@ -112,7 +112,8 @@ func (p *profiler) collect(b *Backend) error {
 }
 
 // Profile returns the kernel profile so far (QPACK_CUDA_PROFILE=1), most
-// GPU time first, or "" when the profiler is off.
+// GPU time first, the submission timeline (QPACK_CUDA_PROFILE=graphs), or
+// "" when neither is on.
 func (b *Backend) Profile() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -122,7 +123,13 @@ func (b *Backend) Profile() string {
 func (b *Backend) profileLocked() string {
 	p := b.prof
 	if p == nil {
-		return ""
+		if b.tl == nil {
+			return ""
+		}
+		if err := b.tl.collect(b.dev); err != nil {
+			return "cuda timeline: " + err.Error()
+		}
+		return b.tl.String()
 	}
 	if err := p.collect(b); err != nil {
 		return "cuda profile: " + err.Error()
@@ -180,5 +187,8 @@ func (b *Backend) ResetProfile() {
 		b.prof.collect(b)
 		clear(b.prof.total)
 		b.prof.fastest = -1
+	}
+	if b.tl != nil {
+		b.tl.reset(b.dev)
 	}
 }

@@ -116,6 +116,7 @@ type recorder struct {
 	seen   map[uint64]bool // shapes of queues submitted op by op
 	graphs []*recGraph     // most recently used first
 	stats  *Stats
+	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
 }
 
 // withRecorder wraps dev in a recorder when it can run graphs and they are
@@ -229,16 +230,22 @@ func (r *recorder) flush() error {
 	ops, params := r.ops, r.params
 	defer func() { r.ops, r.params = ops[:0], params[:0] }()
 
+	submit := func(graph bool, fn func() error) error {
+		if r.tl == nil {
+			return fn()
+		}
+		return r.tl.around(r.d, len(ops), graph, fn)
+	}
 	if r.on && len(ops) >= graphMinOps {
 		h := shapeHash(ops)
 		if g := r.find(h, ops); g != nil {
-			err := r.replay(g, ops, params)
+			err := submit(true, func() error { return r.replay(g, ops, params) })
 			if err == nil {
 				return nil
 			}
 			r.off("replaying a graph", err)
 		} else if r.seen[h] {
-			err := r.capture(h, ops, params)
+			err := submit(true, func() error { return r.capture(h, ops, params) })
 			if err == nil {
 				delete(r.seen, h)
 				return nil
@@ -251,7 +258,7 @@ func (r *recorder) flush() error {
 			r.seen[h] = true
 		}
 	}
-	return r.issue(ops, params)
+	return submit(false, func() error { return r.issue(ops, params) })
 }
 
 // shapeHash hashes what replays compares (FNV-1a over the ops' fields).

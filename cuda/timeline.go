@@ -1,0 +1,196 @@
+package cuda
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// The submission timeline (QPACK_CUDA_PROFILE=graphs): the recorder stays
+// on (graphs replayed as in a real run) and brackets every queue it submits
+// (a graph launch or ops one by one) with two timing events on the compute
+// stream. The GPU time inside the brackets is the queues' work; the time
+// from one queue's closing event to the next queue's opening event is time
+// the GPU spent outside the layers' queues: idle while the host prepared
+// the next (queueing a layer, sampling, a download's wait) or running what
+// the recorder does not queue (downloads). A decode step that is bound by
+// its kernels shows small gaps; one bound by the host shows large ones.
+// It costs the host two event records a queue (about 2 µs).
+const profileGraphs = "graphs"
+
+// gapBounds are the upper bounds (µs) of the gap histogram's bins; the
+// last bin has none.
+var gapBounds = [...]float64{1, 5, 20, 100}
+
+type timeline struct {
+	t       kernelTimer
+	pending []submission
+	free    []event
+	prev    event // the last collected submission's closing event (0: none)
+
+	queues, graphLaunches int
+	ops                   int64
+	inside, between       float64 // ms
+	gapN                  [len(gapBounds) + 1]int
+	gapMS                 [len(gapBounds) + 1]float64
+	bySize                map[int]*kernelTime // GPU time inside queues by their ops (a layer's kind)
+}
+
+type submission struct {
+	from, to event
+	ops      int
+	graph    bool
+}
+
+func newTimeline(dev device) *timeline {
+	t, ok := dev.(kernelTimer)
+	if !ok {
+		return nil
+	}
+	return &timeline{t: t, bySize: map[int]*kernelTime{}}
+}
+
+func (tl *timeline) event() (event, error) {
+	if n := len(tl.free); n > 0 {
+		e := tl.free[n-1]
+		tl.free = tl.free[:n-1]
+		return e, nil
+	}
+	return tl.t.newTimingEvent()
+}
+
+// around brackets submit (a queue of n ops; graph: as a graph launch) with
+// events recorded on d's compute stream.
+func (tl *timeline) around(d device, n int, graph bool, submit func() error) error {
+	from, err := tl.event()
+	if err != nil {
+		return err
+	}
+	to, err := tl.event()
+	if err != nil {
+		return err
+	}
+	if err := d.record(from, computeStream); err != nil {
+		return err
+	}
+	if err := submit(); err != nil {
+		return err
+	}
+	if err := d.record(to, computeStream); err != nil {
+		return err
+	}
+	tl.pending = append(tl.pending, submission{from, to, n, graph})
+	if len(tl.pending) >= 512 {
+		return tl.collect(d)
+	}
+	return nil
+}
+
+// collect waits for the compute stream and adds up the pending queues.
+func (tl *timeline) collect(d device) error {
+	if len(tl.pending) == 0 {
+		return nil
+	}
+	if err := d.sync(); err != nil {
+		return err
+	}
+	for _, s := range tl.pending {
+		ms, err := tl.t.elapsed(s.from, s.to)
+		if err != nil {
+			return err
+		}
+		tl.queues++
+		tl.ops += int64(s.ops)
+		if s.graph {
+			tl.graphLaunches++
+		}
+		tl.inside += float64(ms)
+		kt := tl.bySize[s.ops]
+		if kt == nil {
+			kt = &kernelTime{}
+			tl.bySize[s.ops] = kt
+		}
+		kt.n++
+		kt.ms += float64(ms)
+		if tl.prev != 0 {
+			gap, err := tl.t.elapsed(tl.prev, s.from)
+			if err != nil {
+				return err
+			}
+			tl.addGap(float64(gap))
+			tl.free = append(tl.free, tl.prev)
+		}
+		tl.free = append(tl.free, s.from)
+		tl.prev = s.to
+	}
+	tl.pending = tl.pending[:0]
+	return nil
+}
+
+func (tl *timeline) addGap(ms float64) {
+	tl.between += ms
+	i := 0
+	for i < len(gapBounds) && 1000*ms >= gapBounds[i] {
+		i++
+	}
+	tl.gapN[i]++
+	tl.gapMS[i] += ms
+}
+
+// reset forgets the totals (the pending queues are collected first, so
+// the next gap is measured from a submission of the new period).
+func (tl *timeline) reset(d device) {
+	tl.collect(d)
+	if tl.prev != 0 {
+		tl.free = append(tl.free, tl.prev)
+		tl.prev = 0
+	}
+	tl.queues, tl.graphLaunches, tl.ops = 0, 0, 0
+	tl.inside, tl.between = 0, 0
+	tl.gapN, tl.gapMS = [len(gapBounds) + 1]int{}, [len(gapBounds) + 1]float64{}
+	clear(tl.bySize)
+}
+
+// release frees the timeline's events (the stream idle after collect).
+func (tl *timeline) release(d device) error {
+	err := tl.collect(d)
+	if tl.prev != 0 {
+		tl.free = append(tl.free, tl.prev)
+		tl.prev = 0
+	}
+	for _, e := range tl.free {
+		if e2 := d.freeEvent(e); err == nil {
+			err = e2
+		}
+	}
+	tl.free = nil
+	return err
+}
+
+func (tl *timeline) String() string {
+	var s strings.Builder
+	span := tl.inside + tl.between
+	fmt.Fprintf(&s, "cuda submission timeline: %d queues (%d graph launches, %d op by op, %.1f ops each) over %.3f ms of GPU time: %.3f ms inside them (%.1f%%), %.3f ms between them (%.1f%%: the GPU idle, or running a download, between the host's queues)\n",
+		tl.queues, tl.graphLaunches, tl.queues-tl.graphLaunches, float64(tl.ops)/float64(max(tl.queues, 1)),
+		span, tl.inside, 100*tl.inside/max(span, 1e-9), tl.between, 100*tl.between/max(span, 1e-9))
+	if tl.queues > 0 {
+		fmt.Fprintf(&s, "  %.2f us inside a queue on average\n", 1000*tl.inside/float64(tl.queues))
+	}
+	sizes := slices.Sorted(maps.Keys(tl.bySize))
+	for _, n := range sizes {
+		kt := tl.bySize[n]
+		fmt.Fprintf(&s, "  queues of %3d ops: %6d, %9.3f ms inside, %8.2f us each\n", n, kt.n, kt.ms, 1000*kt.ms/float64(kt.n))
+	}
+	for i := range tl.gapN {
+		lo, hi := "0", "inf"
+		if i > 0 {
+			lo = fmt.Sprint(gapBounds[i-1])
+		}
+		if i < len(gapBounds) {
+			hi = fmt.Sprint(gapBounds[i])
+		}
+		fmt.Fprintf(&s, "  gaps of %s-%s us: %6d, %9.3f ms\n", lo, hi, tl.gapN[i], tl.gapMS[i])
+	}
+	return s.String()
+}

@@ -1,0 +1,114 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+)
+
+// clockFake is the graph fake with a GPU clock for timing events: every
+// kernel, copy or memset the GPU runs takes 1 µs (a graph's nodes one each),
+// and each wait of the host for the stream leaves the GPU idle for 30 µs
+// (the host's work before its next queue). record stamps an event with the
+// clock; elapsed is the difference of two stamps.
+type clockFake struct {
+	*graphFake
+	us      float64
+	stamp   map[event]float64
+	ran     int // ops the GPU ran (launched directly or as graph nodes)
+	syncs   int
+	capture bool
+}
+
+func (c *clockFake) tick() {
+	if !c.active {
+		c.us++
+		c.ran++
+	}
+}
+func (c *clockFake) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
+	c.tick()
+	return c.graphFake.launch(fn, grid, block, p)
+}
+func (c *clockFake) htod(dst devptr, src []byte) error {
+	c.tick()
+	return c.graphFake.htod(dst, src)
+}
+func (c *clockFake) dtod(dst, src devptr, n int) error {
+	c.tick()
+	return c.graphFake.dtod(dst, src, n)
+}
+func (c *clockFake) memset(dst devptr, n int) error {
+	c.tick()
+	return c.graphFake.memset(dst, n)
+}
+func (c *clockFake) graphLaunch(exec uintptr) error {
+	n := len(c.execs[exec])
+	c.us += float64(n)
+	c.ran += n
+	return c.graphFake.graphLaunch(exec)
+}
+func (c *clockFake) sync() error {
+	c.us += 30
+	c.syncs++
+	return c.graphFake.sync()
+}
+func (c *clockFake) record(e event, s stream) error {
+	c.stamp[e] = c.us
+	return c.graphFake.record(e, s)
+}
+func (c *clockFake) newTimingEvent() (event, error) { return c.newEvent() }
+func (c *clockFake) elapsed(from, to event) (float32, error) {
+	if !c.liveEv[from] || !c.liveEv[to] {
+		c.t.Fatalf("elapsed between events %d and %d, not both live", from, to)
+	}
+	return float32(c.stamp[to]-c.stamp[from]) / 1000, nil
+}
+
+// The submission timeline over a decode: every queue the recorder submits
+// is timed (its ops' clock time inside, the idle time between), graphs stay
+// on, and Close frees every event.
+func TestTimelineFake(t *testing.T) {
+	t.Setenv(profileEnv, profileGraphs)
+	c := &clockFake{graphFake: newGraphFake(t), stamp: map[event]float64{}}
+	b, err := newBackend(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.prof != nil || b.tl == nil {
+		t.Fatal("QPACK_CUDA_PROFILE=graphs: want the timeline, not the kernel profiler")
+	}
+	decodeCompare(t, b, "qwen3_next-q4g64", 2) // warm: shapes seen, graphs captured
+	b.ResetProfile()
+	ran0, syncs0, st0 := c.ran, c.syncs, b.Stats()
+	decodeCompare(t, b, "qwen3_next-q4g64", 6)
+	p := b.Profile() // collects: one more sync
+	st := b.Stats()
+	tl := b.tl
+	graphs := int(st.GraphLaunches - st0.GraphLaunches)
+	if graphs == 0 || tl.graphLaunches != graphs {
+		t.Fatalf("timeline counted %d graph launches, the recorder %d", tl.graphLaunches, graphs)
+	}
+	if tl.queues <= tl.graphLaunches {
+		t.Fatalf("%d queues for %d graph launches: the op-by-op queues (a model's first ops) are missing", tl.queues, tl.graphLaunches)
+	}
+	// Every op the GPU ran in the period ran inside a timed queue, but the
+	// downloads (dtoh: no clock tick) and the ops loadBoth's upload queued.
+	if want := float64(c.ran-ran0) / 1000; tl.inside > want*(1+1e-5) || tl.inside < want/2 {
+		t.Fatalf("inside the queues %.6f ms, the GPU ran %.6f ms of ops", tl.inside, want)
+	}
+	// Each host wait between two queues shows as a 30 µs gap (bin 20-100).
+	syncs := c.syncs - syncs0
+	if tl.gapN[3] == 0 || tl.gapN[3] > syncs || tl.gapN[4] != 0 {
+		t.Fatalf("gaps %v for %d syncs", tl.gapN, syncs)
+	}
+	if got, want := tl.between, tl.gapMS[0]+tl.gapMS[1]+tl.gapMS[2]+tl.gapMS[3]+tl.gapMS[4]; got != want {
+		t.Fatalf("between %.6f ms, the bins sum to %.6f", got, want)
+	}
+	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") {
+		t.Fatalf("timeline report:\n%s", p)
+	}
+	t.Logf("\n%s", p)
+	if err := b.Close(); err != nil { // frees every event (the fake checks)
+		t.Fatal(err)
+	}
+}
