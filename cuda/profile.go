@@ -47,13 +47,16 @@ func newProfiler(dev device) *profiler {
 	return &profiler{t: t, total: map[string]*kernelTime{}, fastest: -1}
 }
 
-func (p *profiler) event() (event, error) {
-	if n := len(p.free); n > 0 {
-		e := p.free[n-1]
-		p.free = p.free[:n-1]
+func (p *profiler) event() (event, error) { return reuseEvent(p.t, &p.free) }
+
+// reuseEvent takes a timing event from free, or makes one when it is empty.
+func reuseEvent(t kernelTimer, free *[]event) (event, error) {
+	if n := len(*free); n > 0 {
+		e := (*free)[n-1]
+		*free = (*free)[:n-1]
 		return e, nil
 	}
-	return p.t.newTimingEvent()
+	return t.newTimingEvent()
 }
 
 // around times launch (b.mu held).

@@ -51,14 +51,7 @@ func newTimeline(dev device) *timeline {
 	return &timeline{t: t, bySize: map[int]*kernelTime{}}
 }
 
-func (tl *timeline) event() (event, error) {
-	if n := len(tl.free); n > 0 {
-		e := tl.free[n-1]
-		tl.free = tl.free[:n-1]
-		return e, nil
-	}
-	return tl.t.newTimingEvent()
-}
+func (tl *timeline) event() (event, error) { return reuseEvent(tl.t, &tl.free) }
 
 // around brackets submit (a queue of n ops; graph: as a graph launch) with
 // events recorded on d's compute stream.
