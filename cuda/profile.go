@@ -47,7 +47,24 @@ func newProfiler(dev device) *profiler {
 	return &profiler{t: t, total: map[string]*kernelTime{}, fastest: -1}
 }
 
-func (p *profiler) event() (event, error) { return reuseEvent(p.t, &p.free) }
+// bracket runs work between two timing events (from free, or new)
+// recorded on d's compute stream.
+func bracket(d device, t kernelTimer, free *[]event, work func() error) (from, to event, err error) {
+	if from, err = reuseEvent(t, free); err != nil {
+		return
+	}
+	if to, err = reuseEvent(t, free); err != nil {
+		return
+	}
+	if err = d.record(from, computeStream); err != nil {
+		return
+	}
+	if err = work(); err != nil {
+		return
+	}
+	err = d.record(to, computeStream)
+	return
+}
 
 // reuseEvent takes a timing event from free, or makes one when it is empty.
 func reuseEvent(t kernelTimer, free *[]event) (event, error) {
@@ -61,21 +78,8 @@ func reuseEvent(t kernelTimer, free *[]event) (event, error) {
 
 // around times launch (b.mu held).
 func (p *profiler) around(b *Backend, kernel string, launch func() error) error {
-	from, err := p.event()
+	from, to, err := bracket(b.dev, p.t, &p.free, launch)
 	if err != nil {
-		return err
-	}
-	to, err := p.event()
-	if err != nil {
-		return err
-	}
-	if err := b.dev.record(from, computeStream); err != nil {
-		return err
-	}
-	if err := launch(); err != nil {
-		return err
-	}
-	if err := b.dev.record(to, computeStream); err != nil {
 		return err
 	}
 	p.pending = append(p.pending, profiled{kernel, from, to})

@@ -51,26 +51,11 @@ func newTimeline(dev device) *timeline {
 	return &timeline{t: t, bySize: map[int]*kernelTime{}}
 }
 
-func (tl *timeline) event() (event, error) { return reuseEvent(tl.t, &tl.free) }
-
 // around brackets submit (a queue of n ops; graph: as a graph launch) with
 // events recorded on d's compute stream.
 func (tl *timeline) around(d device, n int, graph bool, submit func() error) error {
-	from, err := tl.event()
+	from, to, err := bracket(d, tl.t, &tl.free, submit)
 	if err != nil {
-		return err
-	}
-	to, err := tl.event()
-	if err != nil {
-		return err
-	}
-	if err := d.record(from, computeStream); err != nil {
-		return err
-	}
-	if err := submit(); err != nil {
-		return err
-	}
-	if err := d.record(to, computeStream); err != nil {
 		return err
 	}
 	tl.pending = append(tl.pending, submission{from, to, n, graph})
