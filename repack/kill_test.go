@@ -230,6 +230,14 @@ func TestKillAndResume(t *testing.T) {
 		}
 		f := frontierOf(partial)
 		t.Logf("kill at %s: journal frontier %d of %d, state %s", p, f, total, state)
+		if state == "placed" {
+			// The signal landed after the rename (its window is under a
+			// millisecond): the partial directory is gone, so the later
+			// rename points, which watch it, cannot be reached. The final
+			// run checks the placed container like any other.
+			t.Logf("kill point %s landed after the rename; skipping the remaining points", p)
+			break
+		}
 		if f >= 0 {
 			prevFrontier = f
 		} else if state != "partial" {
