@@ -185,6 +185,8 @@ func FuzzScanTopK32(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 3, 3, 200, 0, 9}, uint8(3), uint8(10))
 	f.Add([]byte{255, 254, 0, 0, 0, 0}, uint8(2), uint8(1))
 	f.Add([]byte{7, 7, 7, 7, 252, 1}, uint8(1), uint8(200))
+	// Several blocks of 8 and a tail, the largest values late in a block.
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 30, 0, 0, 0, 0, 0, 0, 0, 31, 254, 9, 9, 9, 9, 9, 9, 29, 255, 3, 3, 3, 3, 3, 3, 31, 2, 30, 28}, uint8(4), uint8(120))
 	f.Fuzz(func(t *testing.T, raw []byte, k, temp uint8) {
 		if len(raw) == 0 || len(raw) > 4096 {
 			return
