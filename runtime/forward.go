@@ -54,6 +54,20 @@ type ForwardOptions struct {
 	// layer's output hidden states [T, Hidden] (before the final norm). The
 	// slice is reused: copy what you keep.
 	LayerHook func(layer int, hidden []float32)
+	// Into, if its capacity holds the logits, receives them and is
+	// returned resliced, instead of a new slice: a decode loop passes the
+	// previous step's logits, which it is done with (at a 248K vocabulary a
+	// step would otherwise allocate 1 MB for the collector to sweep).
+	Into []float32
+}
+
+// LogitsBuffer returns a slice of n floats for a graph's logits: o.Into
+// resliced when it is large enough, else a new slice.
+func (o *ForwardOptions) LogitsBuffer(n int) []float32 {
+	if o != nil && cap(o.Into) >= n {
+		return o.Into[:n]
+	}
+	return make([]float32, n)
 }
 
 // Forward runs a chunk of tokens through the model, continuing from st, and

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,5 +239,54 @@ func TestPrefetchProtocol(t *testing.T) {
 	}
 	if layer != 7 || len(pending) != 0 {
 		t.Fatalf("ended at layer %d with %v pending", layer, pending)
+	}
+}
+
+// ForwardOptions.Into receives the logits when it is large enough (the
+// same array back, every entry overwritten) and is left alone when not;
+// the logits are the bits of a pass without it, on every architecture.
+func TestForwardInto(t *testing.T) {
+	models := map[string]func() (*runtime.Model, error){
+		"qwen3_next":  func() (*runtime.Model, error) { return mustModel(t, tinyDims(runtime.TypeQwen3Next, 4, 32), 3), nil },
+		"qwen3_5_moe": func() (*runtime.Model, error) { return mustModel(t, tinyDims(runtime.TypeQwen35MoE, 8, 64), 3), nil },
+		"gemma4":      func() (*runtime.Model, error) { return runtime.Load("../testdata/tiny/gemma4-q4g32", nil) },
+	}
+	for name, load := range models {
+		t.Run(name, func(t *testing.T) {
+			m, err := load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			V := m.Config.Vocab
+			want, err := m.Forward(m.NewState(), testTokens, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			into := make([]float32, V+5)
+			for i := range into {
+				into[i] = float32(math.NaN())
+			}
+			got, err := m.Forward(m.NewState(), testTokens, &runtime.ForwardOptions{Into: into})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != V || &got[0] != &into[0] {
+				t.Fatalf("got %d logits at %p, want %d in Into (%p)", len(got), &got[0], V, &into[0])
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("logit %d: %v, without Into %v", i, got[i], want[i])
+				}
+			}
+			small := make([]float32, V-1)
+			got, err = m.Forward(m.NewState(), testTokens, &runtime.ForwardOptions{Into: small})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != V || &got[0] == &small[0] || slices.ContainsFunc(small, func(v float32) bool { return v != 0 }) {
+				t.Fatalf("an Into of %d floats for %d logits was used", len(small), V)
+			}
+		})
 	}
 }

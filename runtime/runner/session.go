@@ -270,7 +270,9 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 			interrupted = fmt.Errorf("decode interrupted after %d tokens: %w", len(res.Tokens), err)
 			break
 		}
-		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec})
+		// The step's logits go into the last step's slice, sampled and
+		// seen by OnToken already.
+		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec, Into: logits})
 		if err != nil {
 			s.Reset()
 			return nil, err

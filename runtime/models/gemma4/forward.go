@@ -120,7 +120,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	if m.softcap > 0 {
 		dev.Softcap(out, m.softcap, n*c.Vocab)
 	}
-	logits = make([]float32, n*c.Vocab)
+	logits = opt.LogitsBuffer(n * c.Vocab)
 	if err := dev.Read(logits, out); err != nil {
 		return nil, err
 	}

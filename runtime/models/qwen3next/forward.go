@@ -113,7 +113,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	}
 	out := dev.Temp(n * c.Vocab)
 	dev.MatMul(b.M(&m.head), out, normed, n)
-	logits = make([]float32, n*c.Vocab)
+	logits = opt.LogitsBuffer(n * c.Vocab)
 	if err := dev.Read(logits, out); err != nil {
 		return nil, err
 	}
