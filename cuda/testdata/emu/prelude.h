@@ -1,15 +1,16 @@
 // Host emulation of the CUDA prelude (kernels/00_prelude_cuda.h), for
 // running kernels/10_common.cu and kernels/25_gemm.cu (gemm_emu_test.go),
-// and 20_gemv.cu with 22_moe.cu (moe.cpp, layer_moe_emu_test.go) on the CPU: each group of threads is QP_TG std::threads, shared
-// memory is the kernel's static variables (one group runs at a time),
-// barriers are pthread barriers, and mma.sync is a warp-collective step
+// and 20_gemv.cu with 22_moe.cu (moe.cpp, layer_moe_emu_test.go) on the
+// CPU: each group of threads is QP_TG fibers on one OS thread (run.h),
+// shared memory is the kernel's static variables (one group runs at a
+// time), a barrier suspends a thread until its group (or warp) has
+// arrived, and mma.sync is a warp-collective step
 // that gathers the 32 lanes' fragments and computes each lane's part of D
 // from the PTX ISA's fragment layouts (the same layouts the kernel's
 // comment states). The point is the kernels' own index arithmetic, tails,
 // loads and barriers, checked before a GPU runs them; the numerics of the
 // tensor cores are modelled only as "float32 sums of exact products".
 #pragma once
-#include <pthread.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,7 +22,7 @@ typedef unsigned long ulong; // 64 bits here, as the prelude's unsigned long lon
 struct alignas(16) qp_uint4 { uint x, y, z, w; };
 struct alignas(16) qp_float4 { float x, y, z, w; };
 
-extern thread_local uint qp_emu_tid;
+uint qp_emu_thread_id(); // the running thread (a fiber: run.h)
 extern uint qp_emu_gx, qp_emu_gy;
 void qp_emu_barrier();
 void qp_emu_warp_barrier(uint warp);
@@ -36,12 +37,12 @@ static inline void qp_prefetch_l2(const void*) {}
 #define QP_SHARED static
 #define QP_SHARED_PTR
 #define QP_BARRIER() qp_emu_barrier()
-#define QP_TID qp_emu_tid
+#define QP_TID qp_emu_thread_id()
 #define QP_LANE (QP_TID & 31u)
 #define QP_SIMD_ID (QP_TID >> 5)
 #define QP_GROUP_X qp_emu_gx
 #define QP_GROUP_Y qp_emu_gy
-#define QP_GLOBAL_X (qp_emu_gx * 256u + qp_emu_tid)
+#define QP_GLOBAL_X (qp_emu_gx * 256u + qp_emu_thread_id())
 #define QP_STATIC_ASSERT(c, m) static_assert(c, m)
 #define QP_UNROLL
 #define QP_MIN(a, b) ((a) < (b) ? (a) : (b))

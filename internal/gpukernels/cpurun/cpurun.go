@@ -21,6 +21,9 @@ var prelude string
 //go:embed src/exec.cpp
 var executor string
 
+//go:embed src/fiber.h
+var fiber string
+
 // ErrNoCompiler is returned by Build when g++ is not installed.
 var ErrNoCompiler = errors.New("cpurun: g++ not found")
 
@@ -39,6 +42,7 @@ func Build(dir string) (*Harness, error) {
 	files := map[string]string{
 		"prelude_cpu.h": prelude,
 		"exec.cpp":      executor,
+		"fiber.h":       fiber,
 		"kernels.cpp":   "#include \"prelude_cpu.h\"\n" + gpukernels.Bodies(),
 	}
 	for n, s := range files {

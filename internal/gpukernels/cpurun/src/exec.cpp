@@ -1,6 +1,6 @@
 // Runs one launch of a shared kernel body (compiled through prelude_cpu.h)
 // on the CPU, for cpurun. Groups run one after another; a group's QP_TG
-// threads are ucontext fibers of this OS thread, each run until it returns,
+// threads are fibers of this OS thread (fiber.h), each run until it returns,
 // reaches a barrier or a simdgroup reduction. A barrier opens when all the
 // group's threads wait at one; a reduction completes when all 32 lanes of a
 // simdgroup wait at one (computed as the GPU butterfly: v op= v[lane ^ o],
@@ -16,9 +16,9 @@
 // end crashes the process. Reply on stdout: u32 0 and every buffer's bytes,
 // or u32 1, u32 length, message.
 #include "prelude_cpu.h"
+#include "fiber.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,7 +40,7 @@ std::vector<Kernel>& registry() {
 
 enum State { RUN, BAR, SIMD, DONE };
 struct Fiber {
-    ucontext_t ctx;
+    qpfiber::Context ctx;
     State st;
     int op;
     float in, out;
@@ -49,7 +49,7 @@ const int kThreads = QP_TG;
 const size_t kStack = 256 << 10;
 Fiber fibers[kThreads];
 char* stacks[kThreads];
-ucontext_t sched;
+qpfiber::Context sched;
 int cur;
 uint group;
 qkcpu::Fn curFn;
@@ -63,21 +63,20 @@ const void* curParams;
     _exit(0);
 }
 
-void entry(int i) {
-    curFn(curParams);
-    fibers[i].st = DONE;
-}
+void yield() { qpfiber::swap(fibers[cur].ctx, sched); }
 
-void yield() { swapcontext(&fibers[cur].ctx, &sched); }
+// entry is a fiber's whole life: the kernel, then back to the scheduler
+// for good.
+void entry(void*) {
+    curFn(curParams);
+    fibers[cur].st = DONE;
+    yield();
+}
 
 void runGroup() {
     for (int i = 0; i < kThreads; i++) {
         Fiber& f = fibers[i];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks[i];
-        f.ctx.uc_stack.ss_size = kStack;
-        f.ctx.uc_link = &sched;
-        makecontext(&f.ctx, (void (*)())entry, 1, i);
+        qpfiber::start(f.ctx, stacks[i], kStack, entry, nullptr);
         f.st = RUN;
     }
     for (;;) {
@@ -85,7 +84,7 @@ void runGroup() {
         for (int i = 0; i < kThreads; i++) {
             if (fibers[i].st == RUN) {
                 cur = i;
-                swapcontext(&sched, &fibers[i].ctx);
+                qpfiber::swap(sched, fibers[i].ctx);
                 progress = true;
             }
         }
