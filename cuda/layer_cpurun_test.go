@@ -111,6 +111,7 @@ func cpuRunBackend(t *testing.T) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	d := &cpuRunDev{fakeDev: newFake(t), h: h}
 	b, err := newBackend(d)
 	if err != nil {
@@ -136,11 +137,12 @@ func TestDeviceConformanceCPURun(t *testing.T) {
 
 // Tiny models over the Layer with the real kernel bodies (on the CPU)
 // against the CPU backend: 1e-4 for float32 weights, 1e-3 quantized. Every
-// launch is a process, so by default two small models run (about 30 s);
-// QPACK_CUDA_CPURUN=all runs every model (about 4 minutes).
+// launch ships its buffers through the executor's pipe, so by default two
+// small models run (about 45 s on 2 cores); QPACK_CUDA_CPURUN=all runs
+// every model.
 func TestLayerTinyModelsCPURun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow: every kernel launch is a process")
+		t.Skip("slow: every kernel launch ships its buffers to the executor")
 	}
 	only := []string{"gemma4-towers-q4g64", "qwen3_5_moe-q4g32"}
 	if os.Getenv("QPACK_CUDA_CPURUN") == "all" {

@@ -89,6 +89,7 @@ func cpuBackend(t *testing.T) (*Backend, *cpuDev) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() })
 	d := &cpuDev{h: h}
 	b, err := newBackend(d)
 	if err != nil {

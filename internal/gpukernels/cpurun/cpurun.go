@@ -1,16 +1,19 @@
 package cpurun
 
 import (
+	"bufio"
 	"bytes"
 	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/qpack-go/qpack/internal/gpukernels"
 )
@@ -27,10 +30,23 @@ var fiber string
 // ErrNoCompiler is returned by Build when g++ is not installed.
 var ErrNoCompiler = errors.New("cpurun: g++ not found")
 
-// Harness is the compiled executor of every kernel body.
+// Harness is the compiled executor of every kernel body. Launches go to
+// one executor process, in turn (a launch that fails or crashes ends it;
+// the next starts another); Close ends it.
 type Harness struct {
 	bin  string
 	nptr map[string]int // pointer fields of each kernel's parameter struct
+
+	mu   sync.Mutex
+	proc *execProc // the running executor process, or nil
+}
+
+// execProc is a running executor process.
+type execProc struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *bytes.Buffer // written by the process's copier until Wait returns
 }
 
 // Build compiles the bodies and the executor into dir.
@@ -85,6 +101,49 @@ func pointerFields(src string) (map[string]int, error) {
 // it for Launch.
 func Addr(i, off int) uint64 { return uint64(i+1)<<40 | uint64(off) }
 
+// start starts an executor process; h.mu held.
+func (h *Harness) start() error {
+	cmd := exec.Command(h.bin)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("cpurun: starting the executor: %w", err)
+	}
+	h.proc = &execProc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), stderr: &stderr}
+	return nil
+}
+
+// stop ends the executor (closing its input ends its loop) and returns
+// what it wrote to stderr; h.mu held.
+func (h *Harness) stop() string {
+	p := h.proc
+	if p == nil {
+		return ""
+	}
+	h.proc = nil
+	p.in.Close()
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Sprintf("%v %s", err, p.stderr.String())
+	}
+	return p.stderr.String()
+}
+
+// Close ends the executor process, if one is running.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stop()
+	return nil
+}
+
 // Launch runs kernel over groups groups of 256 threads with the parameter
 // block params, whose pointer fields hold Addr addresses into bufs; bufs
 // are updated with what the kernel wrote.
@@ -107,28 +166,41 @@ func (h *Harness) Launch(kernel string, groups int, params []byte, bufs [][]byte
 	w32(len(params))
 	in.Write(params)
 	w32(nptr)
-	cmd := exec.Command(h.bin)
-	cmd.Stdin = &in
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("cpurun: kernel %s: %v (out of bounds?) %s", kernel, err, stderr.String())
-	}
-	if len(out) < 4 {
-		return fmt.Errorf("cpurun: kernel %s: short reply", kernel)
-	}
-	if le.Uint32(out) != 0 {
-		n := int(le.Uint32(out[4:]))
-		return fmt.Errorf("cpurun: kernel %s: %s", kernel, out[8:8+n])
-	}
-	out = out[4:]
-	for _, b := range bufs {
-		if len(out) < len(b) {
-			return fmt.Errorf("cpurun: kernel %s: short reply", kernel)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc == nil {
+		if err := h.start(); err != nil {
+			return err
 		}
-		copy(b, out[:len(b)])
-		out = out[len(b):]
+	}
+	p := h.proc
+	// The executor reads the whole request before it writes (a reply
+	// never blocks the request's write).
+	_, err := p.in.Write(in.Bytes())
+	var status [4]byte
+	if err == nil {
+		_, err = io.ReadFull(p.out, status[:])
+	}
+	if err != nil {
+		return fmt.Errorf("cpurun: kernel %s: %v (out of bounds?) %s", kernel, err, h.stop())
+	}
+	if le.Uint32(status[:]) != 0 {
+		var n [4]byte
+		var msg []byte
+		if _, err = io.ReadFull(p.out, n[:]); err == nil && le.Uint32(n[:]) < 1<<20 {
+			msg = make([]byte, le.Uint32(n[:]))
+			_, err = io.ReadFull(p.out, msg)
+		}
+		h.stop() // it ended after the message
+		if err != nil {
+			return fmt.Errorf("cpurun: kernel %s: a failure without its message: %v", kernel, err)
+		}
+		return fmt.Errorf("cpurun: kernel %s: %s", kernel, msg)
+	}
+	for _, b := range bufs {
+		if _, err := io.ReadFull(p.out, b); err != nil {
+			return fmt.Errorf("cpurun: kernel %s: short reply: %v %s", kernel, err, h.stop())
+		}
 	}
 	return nil
 }

@@ -8,13 +8,17 @@
 // barrier, a reduction with returned lanes, lanes at different ops) is
 // reported as an error: it is undefined on a GPU.
 //
-// Protocol on stdin (little-endian): u32 name length, name, u32 groups,
-// u32 buffers, per buffer u64 length + bytes, u32 parameter length, the
-// parameter block, u32 pointer fields. The first pointer fields of the
-// block are addresses (buffer+1)<<40 | byte offset (0: null), relocated
-// here. Each buffer ends at a PROT_NONE page, so a read or write past its
-// end crashes the process. Reply on stdout: u32 0 and every buffer's bytes,
-// or u32 1, u32 length, message.
+// Protocol on stdin (little-endian), one launch after another until the
+// end of the input: u32 name length, name, u32 groups, u32 buffers, per
+// buffer u64 length + bytes, u32 parameter length, the parameter block, u32
+// pointer fields. The first pointer fields of the block are addresses
+// (buffer+1)<<40 | byte offset (0: null), relocated here. Each buffer ends
+// at a PROT_NONE page, so a read or write past its end crashes the process.
+// Reply on stdout to each launch: u32 0 and every buffer's bytes; or u32 1,
+// u32 length, message, and the process ends (so does it on a crash: the
+// harness starts another for the next launch). Kernels' threadgroup memory
+// (static variables here) keeps what the last group of the last launch
+// left in it, as a GPU's is undefined at a group's start.
 #include "prelude_cpu.h"
 #include "fiber.h"
 
@@ -56,6 +60,7 @@ qkcpu::Fn curFn;
 const void* curParams;
 
 [[noreturn]] void fail(const std::string& msg) {
+    // Ends the process: the harness starts a fresh one for the next launch.
     uint32_t h[2] = {1, uint32_t(msg.size())};
     fwrite(h, 4, 2, stdout);
     fwrite(msg.data(), 1, msg.size(), stdout);
@@ -135,6 +140,9 @@ void runGroup() {
 void readAll(void* p, size_t n) {
     if (n && fread(p, 1, n, stdin) != n) fail("short request");
 }
+
+// launch reads one request, runs it and replies.
+void launch(uint32_t nameLen);
 uint32_t readU32() {
     uint32_t v;
     readAll(&v, 4);
@@ -160,19 +168,34 @@ Reg::Reg(const char* name, unsigned size, Fn fn) { registry().push_back(Kernel{n
 }  // namespace qkcpu
 
 int main() {
-    std::string name(readU32(), '\0');
+    for (int i = 0; i < kThreads; i++) stacks[i] = new char[kStack];
+    for (;;) {
+        uint32_t nameLen;
+        size_t got = fread(&nameLen, 1, 4, stdin);
+        if (got == 0 && feof(stdin)) return 0; // the harness closed its end
+        if (got != 4) fail("short request");
+        launch(nameLen);
+    }
+}
+
+namespace {
+void launch(uint32_t nameLen) {
+    std::string name(nameLen, '\0');
     readAll(&name[0], name.size());
     uint32_t groups = readU32();
     uint32_t nbuf = readU32();
     long page = sysconf(_SC_PAGESIZE);
-    std::vector<char*> base(nbuf);
+    std::vector<char*> base(nbuf), maps(nbuf);
     std::vector<uint64_t> len(nbuf);
+    std::vector<size_t> spans(nbuf);
     for (uint32_t i = 0; i < nbuf; i++) {
         readAll(&len[i], 8);
         size_t span = (len[i] + page - 1) / page * page;
         char* m = (char*)mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) fail("mmap");
         mprotect(m + span, page, PROT_NONE);
+        maps[i] = m;
+        spans[i] = span + page;
         base[i] = m + span - len[i];
         readAll(base[i], len[i]);
     }
@@ -200,7 +223,6 @@ int main() {
         fail("kernel " + name + ": parameter block of " + std::to_string(params.size()) + " bytes, the struct has " +
              std::to_string(k->size));
     }
-    for (int i = 0; i < kThreads; i++) stacks[i] = new char[kStack];
     curFn = k->fn;
     curParams = params.data();
     for (group = 0; group < groups; group++) runGroup();
@@ -208,5 +230,6 @@ int main() {
     fwrite(&ok, 4, 1, stdout);
     for (uint32_t i = 0; i < nbuf; i++) fwrite(base[i], 1, len[i], stdout);
     fflush(stdout);
-    return 0;
+    for (uint32_t i = 0; i < nbuf; i++) munmap(maps[i], spans[i]);
 }
+}  // namespace
