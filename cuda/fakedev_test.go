@@ -584,18 +584,28 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 
 func fakeBackend(t testing.TB) (*Backend, *fakeDev) {
 	f := newFake(t)
-	b, err := newBackend(f)
+	// Its Close is registered first, so it runs after the Frees of
+	// inAlloc's cleanups; the fake's close fails if anything is still
+	// allocated.
+	return testBackend(t, f), f
+}
+
+// testBackend returns a Backend over d, closed by a cleanup registered
+// now: it runs after the cleanups registered later (models loaded on it,
+// weights allocated from it free their memory on an open backend first),
+// and a Close that fails (a fake finds memory or events left) fails the test.
+func testBackend(t testing.TB, d device) *Backend {
+	t.Helper()
+	b, err := newBackend(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered first, so it runs after the Frees of inAlloc's cleanups;
-	// the fake's close fails if anything is still allocated.
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	return b, f
+	return b
 }
 
 func sameBits(t *testing.T, what string, got, want []float32) {

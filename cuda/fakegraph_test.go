@@ -208,18 +208,10 @@ func (g *graphFake) close() error {
 
 func graphBackend(t *testing.T) (*Backend, *graphFake) {
 	g := newGraphFake(t)
-	b, err := newBackend(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testBackend(t, g)
 	if _, ok := b.dev.(*recorder); !ok {
 		t.Fatal("a device with graphs got no recorder")
 	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
 	return b, g
 }
 

@@ -112,17 +112,7 @@ func cpuRunBackend(t *testing.T) *Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	d := &cpuRunDev{fakeDev: newFake(t), h: h}
-	b, err := newBackend(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	return b
+	return testBackend(t, &cpuRunDev{fakeDev: newFake(t), h: h})
 }
 
 // The conformance suite over the Layer with the real kernel bodies (on the

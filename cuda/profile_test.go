@@ -20,18 +20,9 @@ func (f timerFake) elapsed(from, to event) (float32, error) {
 func TestProfilerFake(t *testing.T) {
 	t.Setenv(profileEnv, "1")
 	f := timerFake{newFake(t)}
-	b, err := newBackend(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Closed after the models loadBoth loads (cleanups run last first), so
-	// that they free their buffers on an open backend; Close frees every
-	// event (the fake checks).
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	// Closed after the models loadBoth loads, on an open backend; Close
+	// frees every event (the fake checks).
+	b := testBackend(t, f)
 	if b.prof == nil {
 		t.Fatal("no profiler with " + profileEnv + "=1")
 	}

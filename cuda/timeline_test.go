@@ -70,18 +70,9 @@ func (c *clockFake) elapsed(from, to event) (float32, error) {
 func TestTimelineFake(t *testing.T) {
 	t.Setenv(profileEnv, profileGraphs)
 	c := &clockFake{graphFake: newGraphFake(t), stamp: map[event]float64{}}
-	b, err := newBackend(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Closed after the models loadBoth loads (cleanups run last first), so
-	// that they free their buffers on an open backend; Close frees every
-	// event (the fake checks).
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	// Closed after the models loadBoth loads, on an open backend; Close
+	// frees every event (the fake checks).
+	b := testBackend(t, c)
 	if b.prof != nil || b.tl == nil {
 		t.Fatal("QPACK_CUDA_PROFILE=graphs: want the timeline, not the kernel profiler")
 	}

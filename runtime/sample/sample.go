@@ -338,7 +338,7 @@ func (s *Sampler) scanTopK32(logits []float32, sc []float64) ([]int, bool) {
 	i := 0
 	for ; i+8 <= len(logits); i += 8 {
 		b := logits[i : i+8 : i+8]
-		if b[0] > th32 || b[1] > th32 || b[2] > th32 || b[3] > th32 || b[4] > th32 || b[5] > th32 || b[6] > th32 || b[7] > th32 {
+		if anyAbove(b, th32) {
 			push(b)
 		}
 	}
@@ -363,7 +363,7 @@ func (s *Sampler) scanTopK32(logits []float32, sc []float64) ([]int, bool) {
 	i = 0
 	for ; i+8 <= len(logits); i += 8 {
 		b := logits[i : i+8 : i+8]
-		if b[0] >= th32 || b[1] >= th32 || b[2] >= th32 || b[3] >= th32 || b[4] >= th32 || b[5] >= th32 || b[6] >= th32 || b[7] >= th32 {
+		if anyAtLeast(b, th32) {
 			keep(i, b)
 		}
 	}
@@ -542,7 +542,7 @@ func argmax32(logits []float32) (int, error) {
 	i := 0
 	for ; i+8 <= len(logits); i += 8 {
 		b := logits[i : i+8 : i+8]
-		if b[0] > bv || b[1] > bv || b[2] > bv || b[3] > bv || b[4] > bv || b[5] > bv || b[6] > bv || b[7] > bv {
+		if anyAbove(b, bv) {
 			for j, v := range b {
 				if v > bv {
 					best, bv = i+j, v
@@ -559,4 +559,17 @@ func argmax32(logits []float32) (int, error) {
 		return -1, ErrNoCandidate
 	}
 	return best, nil
+}
+
+// anyAbove reports whether one of a block's 8 values is above t (NaN never
+// is), anyAtLeast whether one is at least t: one test a block in the scans
+// above.
+func anyAbove(b []float32, t float32) bool {
+	b = b[:8]
+	return b[0] > t || b[1] > t || b[2] > t || b[3] > t || b[4] > t || b[5] > t || b[6] > t || b[7] > t
+}
+
+func anyAtLeast(b []float32, t float32) bool {
+	b = b[:8]
+	return b[0] >= t || b[1] >= t || b[2] >= t || b[3] >= t || b[4] >= t || b[5] >= t || b[6] >= t || b[7] >= t
 }

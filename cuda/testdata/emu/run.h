@@ -80,8 +80,6 @@ void qp_emu_run(void (*kern)(P), const P& p, uint gx, uint gy) {
 }
 
 #else
-#include <sys/mman.h>
-
 #include "../../../internal/gpukernels/cpurun/src/fiber.h"
 
 uint qp_emu_tid; // the running fiber's thread id
@@ -102,11 +100,6 @@ static qpfiber::Context fibers[QP_TG];
 static bool finished[QP_TG];
 static bool progress; // something changed in this sweep
 
-// Each fiber's stack, with pages below it that fault (an overflow crashes
-// rather than writing into the next stack).
-static const size_t stack_bytes = 256 << 10;
-static const size_t guard_bytes = 64 << 10;
-static char* stacks;
 
 // wait blocks the running thread at b until b.expected threads have
 // arrived; the last one to arrive runs on without yielding.
@@ -153,18 +146,7 @@ void qp_emu_warp_barrier(uint w) { qp_emu::wait(qp_emu::warp_barriers[w]); }
 template <typename P>
 void qp_emu_run(void (*kern)(P), const P& p, uint gx, uint gy) {
     using namespace qp_emu;
-    if (!stacks) {
-        size_t span = QP_TG * (guard_bytes + stack_bytes);
-        void* m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) {
-            fprintf(stderr, "emu: mmap of %zu bytes of fiber stacks failed\n", span);
-            exit(2);
-        }
-        stacks = (char*)m;
-        for (uint t = 0; t < QP_TG; t++) {
-            mprotect(stacks + t * (guard_bytes + stack_bytes), guard_bytes, PROT_NONE);
-        }
-    }
+    static qpfiber::Stacks stacks(QP_TG, 256 << 10);
     Launch<P>::kern = kern;
     Launch<P>::p = &p;
     for (auto& wb : warp_barriers) {
@@ -176,8 +158,7 @@ void qp_emu_run(void (*kern)(P), const P& p, uint gx, uint gy) {
             qp_emu_gx = x;
             qp_emu_gy = y;
             for (uint t = 0; t < QP_TG; t++) {
-                char* stack = stacks + t * (guard_bytes + stack_bytes) + guard_bytes;
-                qpfiber::start(fibers[t], stack, stack_bytes, Launch<P>::entry, nullptr);
+                qpfiber::start(fibers[t], stacks.at(t), stacks.size(), Launch<P>::entry, nullptr);
                 finished[t] = false;
             }
             uint left = QP_TG;

@@ -187,7 +187,10 @@ func (h *Harness) Launch(kernel string, groups int, params []byte, bufs [][]byte
 	if le.Uint32(status[:]) != 0 {
 		var n [4]byte
 		var msg []byte
-		if _, err = io.ReadFull(p.out, n[:]); err == nil && le.Uint32(n[:]) < 1<<20 {
+		if _, err = io.ReadFull(p.out, n[:]); err == nil && le.Uint32(n[:]) >= 1<<20 {
+			err = fmt.Errorf("a message of %d bytes", le.Uint32(n[:]))
+		}
+		if err == nil {
 			msg = make([]byte, le.Uint32(n[:]))
 			_, err = io.ReadFull(p.out, msg)
 		}

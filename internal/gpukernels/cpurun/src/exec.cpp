@@ -50,9 +50,8 @@ struct Fiber {
     float in, out;
 };
 const int kThreads = QP_TG;
-const size_t kStack = 256 << 10;
 Fiber fibers[kThreads];
-char* stacks[kThreads];
+qpfiber::Stacks* stacks;
 qpfiber::Context sched;
 int cur;
 uint group;
@@ -81,7 +80,7 @@ void entry(void*) {
 void runGroup() {
     for (int i = 0; i < kThreads; i++) {
         Fiber& f = fibers[i];
-        qpfiber::start(f.ctx, stacks[i], kStack, entry, nullptr);
+        qpfiber::start(f.ctx, stacks->at(i), stacks->size(), entry, nullptr);
         f.st = RUN;
     }
     for (;;) {
@@ -168,7 +167,7 @@ Reg::Reg(const char* name, unsigned size, Fn fn) { registry().push_back(Kernel{n
 }  // namespace qkcpu
 
 int main() {
-    for (int i = 0; i < kThreads; i++) stacks[i] = new char[kStack];
+    stacks = new qpfiber::Stacks(kThreads, 256 << 10);
     for (;;) {
         uint32_t nameLen;
         size_t got = fread(&nameLen, 1, 4, stdin);

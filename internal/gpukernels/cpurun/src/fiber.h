@@ -10,7 +10,10 @@
 // (ThreadSanitizer does not see fibers as threads: a build for it runs
 // the threads as OS threads instead, cuda/testdata/emu/run.h.)
 #pragma once
+#include <sys/mman.h>
+
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 
 #if defined(__x86_64__) && defined(__linux__)
@@ -67,9 +70,35 @@ struct Context {
     void* sp = nullptr;
 #else
     ucontext_t uc;
-#endif
     void (*fn)(void*) = nullptr;
     void* arg = nullptr;
+#endif
+};
+
+// Stacks holds n fiber stacks of size bytes each, every one with pages
+// below it that fault (an overflow crashes rather than writing into the
+// next stack); memory is committed as the stacks are used.
+class Stacks {
+  public:
+    Stacks(size_t n, size_t size) : size_(size) {
+        span_ = n * (kGuard + size);
+        void* m = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "fiber: mmap of %zu bytes of stacks failed\n", span_);
+            exit(2);
+        }
+        base_ = (char*)m;
+        for (size_t i = 0; i < n; i++) {
+            mprotect(base_ + i * (kGuard + size), kGuard, PROT_NONE);
+        }
+    }
+    char* at(size_t i) const { return base_ + i * (kGuard + size_) + kGuard; }
+    size_t size() const { return size_; }
+
+  private:
+    static const size_t kGuard = 64 << 10;
+    char* base_;
+    size_t size_, span_;
 };
 
 #if QP_FIBER_ASM
@@ -77,8 +106,6 @@ struct Context {
 // start makes c run fn(arg) on [stack, stack+size) when first swapped to.
 // fn must never return: its last act is a swap away from c.
 inline void start(Context& c, char* stack, size_t size, void (*fn)(void*), void* arg) {
-    c.fn = fn;
-    c.arg = arg;
     void** top = (void**)((size_t)(stack + size) & ~(size_t)15);
     void** sp = top - 8;
     sp[0] = nullptr;          // r15
