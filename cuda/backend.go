@@ -47,6 +47,9 @@ type Backend struct {
 	// attention kernel instead of attention_tile (gpukernels.AttnTiled;
 	// tests cover both).
 	attnTileOff bool
+	// stagedReads copies every download through staging, even into
+	// pinned memory from Alloc (QPACK_CUDA_DIRECT_READ=0: A/B runs).
+	stagedReads bool
 	err         error
 	closed      bool
 
@@ -126,7 +129,8 @@ func newBackend(dev device) (*Backend, error) {
 		slog.Warn("cuda: kernels compiled with QPACK_CUDA_DEFINES (a benchmark switch, not a tested build)", "defines", defs)
 		version += " with " + defs
 	}
-	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev)}
+	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev),
+		stagedReads: os.Getenv(directReadEnv) == "0"}
 	b.dev = dev
 	if b.prof == nil {
 		b.dev = withRecorder(dev, &b.stats)

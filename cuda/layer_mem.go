@@ -275,8 +275,24 @@ func (l *Layer) upload(dst devptr, src []byte, direct bool) error {
 	return nil
 }
 
-// download copies n bytes at src into dst, waiting for the stream.
+// directReadEnv: 0 sends downloads into pinned memory through staging
+// too (the A/B switch of download's direct path).
+const directReadEnv = "QPACK_CUDA_DIRECT_READ"
+
+// download copies n bytes at src into dst, waiting for the stream. Into
+// pinned memory from Backend.Alloc (a decode loop's logits, the runner's
+// pinned buffer) the device copies directly; elsewhere through staging.
 func (l *Layer) download(dst []byte, src devptr) error {
+	if _, pinned := l.b.lookup(dst); pinned && !l.b.stagedReads {
+		if err := l.b.dev.dtoh(dst, src); err != nil {
+			return err
+		}
+		if err := l.b.dev.sync(); err != nil {
+			return err
+		}
+		l.stageOff = 0 // the stream is idle: staging is free again
+		return nil
+	}
 	for len(dst) > 0 {
 		n := min(len(dst), stageLimit)
 		h, err := l.staged(n)

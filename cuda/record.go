@@ -163,10 +163,21 @@ func (r *recorder) record(e event, s stream) error {
 func (r *recorder) waitEvent(s stream, e event) error {
 	return r.then(func() error { return r.d.waitEvent(s, e) })
 }
-func (r *recorder) eventSync(e event) error { return r.then(func() error { return r.d.eventSync(e) }) }
+func (r *recorder) eventSync(e event) error {
+	return r.waited(r.then(func() error { return r.d.eventSync(e) }))
+}
 func (r *recorder) freeEvent(e event) error { return r.then(func() error { return r.d.freeEvent(e) }) }
-func (r *recorder) sync() error             { return r.then(r.d.sync) }
-func (r *recorder) syncAll() error          { return r.then(r.d.syncAll) }
+func (r *recorder) sync() error             { return r.waited(r.then(r.d.sync)) }
+func (r *recorder) syncAll() error          { return r.waited(r.then(r.d.syncAll)) }
+
+// waited notes the end of a wait for the GPU for the timeline's host
+// figures (the host's time from it to the next queue), passing err on.
+func (r *recorder) waited(err error) error {
+	if r.tl != nil && err == nil {
+		r.tl.waited()
+	}
+	return err
+}
 
 // timed submits what is queued, then times fn's work (submitted before
 // the closing event).
@@ -196,22 +207,33 @@ func (r *recorder) launch(f uintptr, grid, block [3]uint32, params []byte) error
 	p0 := len(r.params)
 	r.params = append(r.params, params...)
 	r.ops = append(r.ops, recOp{kind: opLaunch, fn: f, grid: grid, block: block, p0: p0, p1: len(r.params)})
+	r.queued()
 	return nil
 }
 
 func (r *recorder) htod(dst devptr, src []byte) error {
 	r.ops = append(r.ops, recOp{kind: opHtoD, dst: dst, host: src, n: len(src)})
+	r.queued()
 	return nil
 }
 
 func (r *recorder) dtod(dst, src devptr, n int) error {
 	r.ops = append(r.ops, recOp{kind: opDtoD, dst: dst, src: src, n: n})
+	r.queued()
 	return nil
 }
 
 func (r *recorder) memset(dst devptr, n int) error {
 	r.ops = append(r.ops, recOp{kind: opMemset, dst: dst, n: n})
+	r.queued()
 	return nil
+}
+
+// queued notes a queued op for the timeline's host figures.
+func (r *recorder) queued() {
+	if r.tl != nil {
+		r.tl.queued()
+	}
 }
 
 // then submits the queue, then runs fn.

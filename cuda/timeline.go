@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The submission timeline (QPACK_CUDA_PROFILE=graphs): the recorder stays
@@ -17,6 +18,12 @@ import (
 // the recorder does not queue (downloads). A decode step that is bound by
 // its kernels shows small gaps; one bound by the host shows large ones.
 // It costs the host two event records a queue (about 2 µs).
+//
+// The timeline also times the host's side of the gaps that follow a wait
+// for the GPU (a download's, an event's): from the wait's end to the next
+// op queued (a decode step: copying the logits out, sampling, the runner,
+// the graph's preamble) and to that queue's submission (queueing the first
+// layer). While the host does this the GPU has nothing to run.
 const profileGraphs = "graphs"
 
 // gapBounds are the upper bounds (µs) of the gap histogram's bins; the
@@ -35,6 +42,14 @@ type timeline struct {
 	gapN                  [len(gapBounds) + 1]int
 	gapMS                 [len(gapBounds) + 1]float64
 	bySize                map[int]*kernelTime // GPU time inside queues by their ops (a layer's kind)
+
+	// The host after a wait (see the type's comment): when the last wait
+	// ended and the first op after it was queued (zero: none pending), and
+	// the totals over the waits followed by a submission.
+	waitEnd, firstOp    time.Time
+	afterWaits          int
+	toFirstOp, toSubmit time.Duration
+	maxToSubmit         time.Duration
 }
 
 type submission struct {
@@ -51,9 +66,38 @@ func newTimeline(dev device) *timeline {
 	return &timeline{t: t, bySize: map[int]*kernelTime{}}
 }
 
+// waited notes that a wait for the GPU ended now.
+func (tl *timeline) waited() { tl.waitEnd, tl.firstOp = time.Now(), time.Time{} }
+
+// queued notes that an op was queued now.
+func (tl *timeline) queued() {
+	if !tl.waitEnd.IsZero() && tl.firstOp.IsZero() {
+		tl.firstOp = time.Now()
+	}
+}
+
+// submitted adds the host's time from the last wait to this submission.
+func (tl *timeline) submitted() {
+	if tl.waitEnd.IsZero() {
+		return
+	}
+	now := time.Now()
+	first := tl.firstOp
+	if first.IsZero() {
+		first = now
+	}
+	tl.afterWaits++
+	tl.toFirstOp += first.Sub(tl.waitEnd)
+	d := now.Sub(tl.waitEnd)
+	tl.toSubmit += d
+	tl.maxToSubmit = max(tl.maxToSubmit, d)
+	tl.waitEnd, tl.firstOp = time.Time{}, time.Time{}
+}
+
 // around brackets submit (a queue of n ops; graph: as a graph launch) with
 // events recorded on d's compute stream.
 func (tl *timeline) around(d device, n int, graph bool, submit func() error) error {
+	tl.submitted()
 	from, to, err := bracket(d, tl.t, &tl.free, submit)
 	if err != nil {
 		return err
@@ -128,6 +172,8 @@ func (tl *timeline) reset(d device) {
 	tl.inside, tl.between = 0, 0
 	tl.gapN, tl.gapMS = [len(gapBounds) + 1]int{}, [len(gapBounds) + 1]float64{}
 	clear(tl.bySize)
+	tl.waitEnd, tl.firstOp = time.Time{}, time.Time{}
+	tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit = 0, 0, 0, 0
 }
 
 // release frees the timeline's events (the stream idle after collect).
@@ -169,6 +215,11 @@ func (tl *timeline) String() string {
 			hi = fmt.Sprint(gapBounds[i])
 		}
 		fmt.Fprintf(&s, "  gaps of %s-%s us: %6d, %9.3f ms\n", lo, hi, tl.gapN[i], tl.gapMS[i])
+	}
+	if n := tl.afterWaits; n > 0 {
+		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }
+		fmt.Fprintf(&s, "  the host after a wait for the GPU (%d waits followed by a queue): %.1f us to the first op queued, %.1f us to its queue's submission (at most %.1f us)\n",
+			n, us(tl.toFirstOp), us(tl.toSubmit), float64(tl.maxToSubmit.Nanoseconds())/1000)
 	}
 	return s.String()
 }

@@ -103,7 +103,13 @@ func TestTimelineFake(t *testing.T) {
 	if got, want := tl.between, tl.gapMS[0]+tl.gapMS[1]+tl.gapMS[2]+tl.gapMS[3]+tl.gapMS[4]; got != want {
 		t.Fatalf("between %.6f ms, the bins sum to %.6f", got, want)
 	}
-	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") {
+	// Each step's wait for its logits is followed by the next step's
+	// queue: the host's time from one to the other is counted for each.
+	if tl.afterWaits < 6 || tl.toSubmit < tl.toFirstOp || tl.maxToSubmit <= 0 {
+		t.Fatalf("host after waits: %d (6 steps), %v to the first op, %v to the submission (at most %v)",
+			tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit)
+	}
+	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") || !strings.Contains(p, "the host after a wait") {
 		t.Fatalf("timeline report:\n%s", p)
 	}
 	t.Logf("\n%s", p)

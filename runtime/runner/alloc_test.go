@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -70,9 +71,14 @@ func TestBackendAllocator(t *testing.T) {
 			if r.DenseBytes() < r.Model.ArenaBytes() {
 				t.Fatalf("DenseBytes %d leaves out the %d-byte arena", r.DenseBytes(), r.Model.ArenaBytes())
 			}
+			// The decode loop's logits buffer (one, back in the pool).
 			st := r.Cache.Stats()
-			if _, _, _, live := fb.Counts(); live != r.Model.ArenaBytes()+st.Allocated {
-				t.Fatalf("%d bytes allocated, want the arena (%d) and the slots (%d)", live, r.Model.ArenaBytes(), st.Allocated)
+			logits := int64(4 * r.Model.Config.Vocab)
+			if _, _, _, live := fb.Counts(); live != r.Model.ArenaBytes()+st.Allocated+logits {
+				t.Fatalf("%d bytes allocated, want the arena (%d), the slots (%d) and a logits buffer (%d)", live, r.Model.ArenaBytes(), st.Allocated, logits)
+			}
+			if len(r.logits.all) != 1 || len(r.logits.free) != 1 {
+				t.Fatalf("logits buffers: %d made, %d free after the generation (want 1 and 1)", len(r.logits.all), len(r.logits.free))
 			}
 			if err := r.Close(); err != nil {
 				t.Fatal(err)
@@ -81,5 +87,53 @@ func TestBackendAllocator(t *testing.T) {
 				t.Fatalf("after Close: %d allocations, %d frees, %d live", allocs, frees, live)
 			}
 		})
+	}
+}
+
+// failAlloc refuses every allocation after the first ok ones.
+type failAlloc struct {
+	runtime.Allocator
+	ok int
+}
+
+func (f *failAlloc) Alloc(n int) ([]byte, error) {
+	if f.ok == 0 {
+		return nil, errors.New("out of pinned memory")
+	}
+	f.ok--
+	return f.Allocator.Alloc(n)
+}
+
+// The logits pool lends distinct buffers to loops that run at once,
+// reuses what is given back, lends nothing (the loop's own slice then)
+// when the backend refuses memory or is no Allocator, and frees all at
+// close.
+func TestLogitsPool(t *testing.T) {
+	fb := fakealloc.New()
+	p := newLogitsPool(&failAlloc{Allocator: fb, ok: 2}, 10)
+	a, b := p.take(), p.take()
+	if len(a) != 10 || len(b) != 10 || &a[0] == &b[0] {
+		t.Fatalf("two loops got buffers of %d and %d floats, same memory %v", len(a), len(b), len(a) > 0 && len(b) > 0 && &a[0] == &b[0])
+	}
+	if c := p.take(); c != nil || p.fails != 1 {
+		t.Fatalf("a refused allocation lent %d floats (fails %d)", len(c), p.fails)
+	}
+	p.give(a[:3])
+	if c := p.take(); len(c) != 10 || &c[0] != &a[0] {
+		t.Fatal("a buffer given back was not lent again whole")
+	}
+	p.give(nil)
+	if err := p.close(); err != nil {
+		t.Fatal(err)
+	}
+	if allocs, frees, live, _ := fb.Counts(); allocs != 2 || frees != 2 || live != 0 {
+		t.Fatalf("after close: %d allocations, %d frees, %d bytes live", allocs, frees, live)
+	}
+	if newLogitsPool(nil, 10).take() != nil {
+		t.Fatal("a backend that is no Allocator lent a buffer")
+	}
+	var none *logitsPool
+	if none.take() != nil || none.close() != nil {
+		t.Fatal("a nil pool")
 	}
 }

@@ -77,6 +77,7 @@ type Runner struct {
 	noScan     bool  // Options.NoScan
 	denseBytes int64 // Go heap
 	arenaBytes int64 // from the backend's Allocator
+	logits     *logitsPool
 	log        *slog.Logger
 }
 
@@ -167,6 +168,7 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	if err != nil {
 		return nil, WrapLoadError(dir, err)
 	}
+	al, _ := opt.Backend.(runtime.Allocator)
 	chunk := opt.PrefillChunk
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
@@ -181,7 +183,8 @@ func Open(dir string, opt Options) (r *Runner, err error) {
 	log.Debug("model loaded", "model", dir, "type", m.Config.ModelType, "layers", m.Config.Layers,
 		"dense_bytes", dense, "dense_arena", m.ArenaBytes(), "expert_cache", cache.Budget(), "io", opt.IO, "template", tmpl != nil, "speculate", spec)
 	return &Runner{Model: m, Tokenizer: tok, Template: tmpl, EOS: eos, Cache: cache, Dir: dir,
-		chunk: chunk, spec: spec, noScan: opt.NoScan, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(), log: log}, nil
+		chunk: chunk, spec: spec, noScan: opt.NoScan, denseBytes: max(dense, 0), arenaBytes: m.ArenaBytes(),
+		logits: newLogitsPool(al, m.Config.Vocab), log: log}, nil
 }
 
 // directFallback says why the expert cache's direct reads would fall back
@@ -251,7 +254,10 @@ func (r *Runner) LimitHeap(overhead int64) {
 
 // Close releases the cache and the model's files.
 func (r *Runner) Close() error {
-	err := r.Cache.Close()
+	err := r.logits.close()
+	if e := r.Cache.Close(); err == nil {
+		err = e
+	}
 	if e := r.Model.Close(); err == nil {
 		err = e
 	}

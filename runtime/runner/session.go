@@ -235,6 +235,11 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	}
 	t1 := time.Now()
 	var interrupted error
+	// Each step's logits go into pinned memory where the backend has it,
+	// else into the last step's slice (sampled and seen by OnToken
+	// already).
+	into := s.r.logits.take()
+	defer s.r.logits.give(into)
 	for {
 		tok, err := sm.Sample(logits)
 		if err != nil {
@@ -270,9 +275,11 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 			interrupted = fmt.Errorf("decode interrupted after %d tokens: %w", len(res.Tokens), err)
 			break
 		}
-		// The step's logits go into the last step's slice, sampled and
-		// seen by OnToken already.
-		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec, Into: logits})
+		buf := into
+		if buf == nil {
+			buf = logits
+		}
+		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec, Into: buf})
 		if err != nil {
 			s.Reset()
 			return nil, err
