@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -19,7 +18,7 @@ import (
 var driverSyms = []string{
 	"cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuDeviceGetCount", "cuDeviceGet",
 	"cuDeviceGetName", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
-	"cuCtxSetCurrent", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamQuery",
+	"cuCtxSetCurrent", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize",
 	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemHostAlloc", "cuMemFreeHost", "cuMemHostGetDevicePointer_v2",
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
@@ -123,9 +122,6 @@ type gpu struct {
 	afterKernel bool
 	prevGroups  int  // groups of the last kernel launched
 	capturing   bool // between beginCapture and endCapture
-	// poll: how long a wait for the compute stream polls it before it
-	// blocks (wait.go, QPACK_CUDA_SYNC_POLL).
-	poll time.Duration
 }
 
 // outp is the address of out-parameter slot i.
@@ -216,18 +212,12 @@ func openDevice(ordinal int) (device, error) {
 		g.drv.fn["cuLaunchKernelEx"] = p
 	}
 	g.pdl = pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, os.Getenv)
-	g.poll = pollFor(os.Getenv)
 	return g, nil
 }
 
 // call invokes a driver function and turns a failing CUresult into *Error.
 func (g *gpu) call(name string, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(g.drv.fn[name], args...)
-	return g.result(name, r)
-}
-
-// result turns a driver call's CUresult into an error (nil: success).
-func (g *gpu) result(name string, r uintptr) error {
 	if code := uint32(r); code != cudaSuccess {
 		msg := "unknown CUresult"
 		g.out[3] = 0
@@ -479,40 +469,9 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 }
 
 func (g *gpu) sync() error {
-	if g.poll > 0 {
-		if idle, err := g.pollIdle(g.stream, g.poll); err != nil || idle {
-			return err
-		}
-	}
 	return bounded("cuStreamSynchronize", syncTimeout, func() error {
 		return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
 	})
-}
-
-// pollIdle asks the driver whether stream has run all its work, again and
-// again on this goroutine, for up to d: true when it has. A decode step's
-// wait for its logits ends sooner this way than through bounded's
-// goroutine, timer and channel.
-func (g *gpu) pollIdle(stream uintptr, d time.Duration) (idle bool, err error) {
-	err = g.do(func() error {
-		query := g.drv.fn["cuStreamQuery"]
-		deadline := time.Now().Add(d)
-		for {
-			r, _, _ := purego.SyscallN(query, stream)
-			switch uint32(r) {
-			case cudaSuccess:
-				idle = true
-				return nil
-			case cudaErrorNotReady:
-			default:
-				return g.result("cuStreamQuery", r)
-			}
-			if time.Now().After(deadline) {
-				return nil
-			}
-		}
-	})
-	return idle, err
 }
 
 func (g *gpu) syncAll() error {

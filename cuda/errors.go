@@ -41,5 +41,4 @@ const (
 	cudaErrorInsufficientDriver = 35
 	cudaErrorNoDevice           = 100
 	cudaErrorInvalidDevice      = 101
-	cudaErrorNotReady           = 600 // cuStreamQuery: work still pending
 )
