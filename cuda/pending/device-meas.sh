@@ -8,9 +8,9 @@ B=gpu
 if [ -f .devcarry-dngpu/gpu.gz ] && [ "${TREE:-dn}" = dn ]; then cp .devcarry-dngpu/gpu.gz .devcarry-benchgpu/gpu-dn.gz; B=gpu-dn; fi
 CT=.devcarry-dn/cuda.test; [ "${TREE:-dn}" = dn ] || CT=.devcarry-cuda/cuda.test
 gunzip -kf $CT.gz
-(cd cuda && timeout 70 ../$CT -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x >/tmp/ab/decode-kernels.log 2>&1)
+(cd cuda && timeout 70 ../$CT -test.run '^$' -test.v -test.bench DecodeKernels -test.benchtime 1x >/tmp/ab/decode-kernels.log 2>&1)
 echo "decode-kernels done at $(($(date +%s) - T0)) s" >>/tmp/ab/times.txt
-OUT=/tmp/ab VARIANTS="new:$B cols0:$B:QPACK_CUDA_DN_COLS=0 slot0:$B:QPACK_CUDA_SHARED_SLOT=0 poll0:$B:QPACK_CUDA_SYNC_POLL=0 staged:$B:QPACK_CUDA_DIRECT_READ=0 old:gpu-old tl:$B:QPACK_CUDA_PROFILE=graphs" \
+OUT=/tmp/ab VARIANTS="new:$B cols0:$B:QPACK_CUDA_DN_COLS=0 slot0:$B:QPACK_CUDA_SHARED_SLOT=0 staged:$B:QPACK_CUDA_DIRECT_READ=0 old:gpu-old tl:$B:QPACK_CUDA_PROFILE=graphs" \
 	DIMS=35b VOCABS=${VOCABS:-32768} ROUNDS=${ROUNDS:-2} timeout $((560 - ($(date +%s) - T0))) sh bench/gpu/ab.sh >/tmp/ab/ab.txt 2>&1
 echo "ab done at $(($(date +%s) - T0)) s" >>/tmp/ab/times.txt
 tar -C /tmp -czf "$O/ab.tgz" ab

@@ -20,9 +20,9 @@ else
 	echo "TREE=main (dn precheck exit $rc)" >/tmp/rec/tree.txt
 fi
 echo "precheck done at $(($(date +%s) - T0)) s" >>/tmp/rec/times.txt
-OUT=/tmp/rec PARTS="env conformance" timeout 400 bash $DEVSH >/tmp/rec/dev.txt 2>&1
+OUT=/tmp/rec PARTS="env conformance" timeout 480 bash $DEVSH >/tmp/rec/dev.txt 2>&1
 echo "recording done at $(($(date +%s) - T0)) s" >>/tmp/rec/times.txt
-OUT=/tmp/rec/cli timeout $((565 - ($(date +%s) - T0))) bash .devcarry-backendcli/device.sh >/tmp/rec/cli.txt 2>&1
+OUT=/tmp/rec/cli timeout $((590 - ($(date +%s) - T0))) bash .devcarry-backendcli/device.sh >/tmp/rec/cli.txt 2>&1
 echo "cli done at $(($(date +%s) - T0)) s" >>/tmp/rec/times.txt
 tar -C /tmp -czf "$O/rec.tgz" rec
 cat /tmp/rec/tree.txt /tmp/rec/times.txt
