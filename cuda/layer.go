@@ -40,11 +40,13 @@ type Layer struct {
 	kernels    bool            // ops run the layer kernels (else the host path)
 	refused    map[string]bool // ops a kernel refused a shape of (logged once)
 	// Routing on the device (layer_moe.go): the layers' expert tables,
-	// tables replaced since the streams were idle, the fault word, and
+	// tables replaced since the streams were idle, the fault word (in
+	// mapped host memory: faultHost on the host, fault on the device), and
 	// whether a pass used it since the last EndPass.
 	tables     map[tableKey]*expertTable
 	retired    []devptr
 	fault      devptr
+	faultHost  []byte
 	faultArmed bool
 	shared     map[*devMat]*sharedExpert // shared experts' tables, by their gate matrix
 	consts     devptr                    // zeros and ones for them (moeConsts)
@@ -142,9 +144,10 @@ func (l *Layer) EndPass() error {
 	}
 	if err := l.b.dev.syncAll(); err != nil {
 		l.fail("EndPass", err)
+	} else {
+		l.checkFault() // only with the streams idle
 	}
 	l.stageOff = 0
-	l.checkFault()
 	l.freeRetired()
 	if err := l.temp.reset(l); err != nil {
 		l.fail("EndPass", err)
@@ -202,6 +205,10 @@ func (l *Layer) release() error {
 	}
 	l.owned = map[devptr]int64{}
 	l.tables, l.retired, l.fault, l.shared, l.consts = nil, nil, 0, nil, 0
+	if l.faultHost != nil {
+		errs = append(errs, l.b.dev.hostFree(l.faultHost))
+		l.faultHost = nil
+	}
 	l.ropes = map[*nn.RoPE]devptr{}
 	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {

@@ -277,42 +277,35 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 	return tab, true
 }
 
-// faultWord returns the device word the MoE kernels report a token without
-// experts in (allocated and zeroed once); lock held.
+// faultWord returns the device address of the word the MoE kernels report
+// a token without experts in: a word of mapped, page-locked host memory
+// (allocated zeroed once), so that EndPass reads it without a download and
+// its round trip; lock held.
 func (l *Layer) faultWord() (devptr, error) {
 	if l.fault != 0 {
 		return l.fault, nil
 	}
-	p, err := l.devAlloc(4, "the routed experts' fault word")
+	h, p, err := l.b.dev.hostAlloc(4)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("the routed experts' fault word: %w", err)
 	}
-	if err := l.b.dev.memset(p, 4); err != nil {
-		return 0, err
-	}
-	l.fault = p
+	l.fault, l.faultHost = p, h
 	return p, nil
 }
 
 // checkFault reads the fault word after a pass that routed on the device
-// (streams idle) and clears it; lock held.
+// (streams idle, so the kernels' stores are visible) and clears it; lock
+// held.
 func (l *Layer) checkFault() {
-	if !l.faultArmed || l.fault == 0 {
+	if !l.faultArmed || l.faultHost == nil {
 		return
 	}
 	l.faultArmed = false
-	var w [4]byte
-	if err := l.download(w[:], l.fault); err != nil {
-		l.fail("EndPass", err)
-		return
-	}
-	v := binary.LittleEndian.Uint32(w[:])
+	v := binary.LittleEndian.Uint32(l.faultHost)
 	if v == 0 {
 		return
 	}
-	if err := l.b.dev.memset(l.fault, 4); err != nil {
-		l.fail("EndPass", err)
-	}
+	clear(l.faultHost)
 	l.fail("RouteExperts", fmt.Errorf("cuda: layer %d: a token's router logits hold a NaN (it chose no expert)", v-1))
 }
 

@@ -1,7 +1,10 @@
 package cuda
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -124,5 +127,54 @@ func TestLayerRoutedExpertsTable(t *testing.T) {
 	sameBits(t, "after the expert came back", routed(), want)
 	if tab.version == v {
 		t.Fatal("the table was not rebuilt after the cache changed")
+	}
+}
+
+// A token whose router logits hold a NaN chooses no expert: the MoE
+// kernels store layer+1 into the fault word, and that pass's EndPass
+// returns an error naming the layer. The word is mapped host memory, so
+// EndPass reads it without a download; it is cleared, so the next pass
+// is clean.
+func TestLayerRoutedFault(t *testing.T) {
+	l, f := layerOf(t)
+	r := rand.New(rand.NewPCG(73, 74))
+	const E, H, I, K, layer = 4, 64, 32, 2, 7
+	for e := range E {
+		w := &nn.ExpertWeights{Layer: layer, Expert: e,
+			Gate: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}), Up: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}),
+			Down: makeMatrix(t, r, matCase{H, I, 4, 32, mlxq.BF16})}
+		if e == 0 {
+			l.b.SetExpertCacheBytes(int64(E) * (2*matBytes(w.Gate) + matBytes(w.Down)))
+		}
+		if _, err := l.Expert(testSrc, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass := func(logits []float32) error {
+		t.Helper()
+		const T = 2
+		s := nn.RoutedSpec{Src: testSrc, Layer: layer, Logits: put(t, l, logits), X: put(t, l, randVec(r, T*H, 1)),
+			Out: l.Temp(T * H), T: T, E: E, H: H, K: K, Norm: true, Act: nn.SiLUGate}
+		if !l.RouteExperts(s) {
+			t.Fatal("declined with every expert cached")
+		}
+		f.log, f.calls = true, nil
+		defer func() { f.log = false }()
+		err := l.EndPass()
+		for _, c := range f.calls {
+			if strings.HasPrefix(c, "dtoh") {
+				t.Errorf("EndPass downloaded (%q): the fault word is read in place", c)
+			}
+		}
+		return err
+	}
+	bad := randVec(r, 2*E, 2)
+	bad[E+1] = float32(math.NaN()) // the second token's
+	err := pass(bad)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("layer %d", layer)) || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("a NaN router logit: EndPass returned %v, want an error naming layer %d and the NaN", err, layer)
+	}
+	if err := pass(randVec(r, 2*E, 2)); err != nil {
+		t.Fatalf("the pass after the fault: %v (the word was not cleared)", err)
 	}
 }
