@@ -5,6 +5,9 @@ set -u
 O=$OUT
 T0=$(date +%s)
 mkdir -p /tmp/rec/cli
+# The sampler's scans on 1, 2, 4 and 8 cores (a few seconds).
+gunzip -kf .devcarry-dn/sample.test.gz && timeout 40 ./.devcarry-dn/sample.test -test.run '^$' -test.v -test.bench ScanVocab \
+	-test.benchtime 1000x >/tmp/rec/scanvocab.txt 2>&1
 gunzip -kf .devcarry-dn/cuda.test.gz
 (cd cuda && QPACK_CUDA_REQUIRE=1 timeout 100 ../.devcarry-dn/cuda.test -test.v -test.count=1 \
 	-test.run '^Test(DeltaNetColsGPU|LayerTinyModelsGPU|DeviceConformanceGPU)$' -test.timeout 95s >/tmp/rec/dn-precheck.log 2>&1)
@@ -26,6 +29,7 @@ OUT=/tmp/rec/cli timeout $((590 - ($(date +%s) - T0))) bash .devcarry-backendcli
 echo "cli done at $(($(date +%s) - T0)) s" >>/tmp/rec/times.txt
 tar -C /tmp -czf "$O/rec.tgz" rec
 cat /tmp/rec/tree.txt /tmp/rec/times.txt
+grep -h ScanVocab /tmp/rec/scanvocab.txt | sed 's/  */ /g' | cut -c1-230; nproc
 grep -h 'bit-identical\|^--- \(PASS\|FAIL\)' /tmp/rec/dn-precheck.log | head
 tail -n 2 /tmp/rec/*.log /tmp/rec/cli/*.log
 grep -h -A5 '^--- FAIL' /tmp/rec/*.log /tmp/rec/cli/*.log | head -30
