@@ -17,16 +17,16 @@ timeout 40 ./.devcarry-dngpu/sample.test -test.run '^$' -test.v -test.bench Scan
 echo "scan done at $(el) s" >>$R/times.txt
 OUT=$R PARTS="env conformance" timeout 450 bash testdata/cuda/device.sh >$R/dev.txt 2>&1
 echo "recording done at $(el) s" >>$R/times.txt
-OUT=$R/cli timeout $((560 - $(el))) bash .devcarry-backendcli/device.sh >$R/cli.txt 2>&1
+OUT=$R/cli timeout $((470 - $(el))) bash .devcarry-backendcli/device.sh >$R/cli.txt 2>&1
 echo "cli done at $(el) s" >>$R/times.txt
 tar -C /tmp -czf "$O/rec.tgz" rec
-left=$((585 - $(el)))
+left=$((520 - $(el)))
 if [ $left -gt 60 ]; then
 	OUT=/tmp/ab VARIANTS="new:gpu-dn par:gpu-dnpar main:gpu" DIMS=35b VOCABS=248320 ROUNDS=1 TOKENS=512 \
 		timeout $left sh bench/gpu/ab.sh >/tmp/ab/ab2.txt 2>&1
 	echo "ab 248320 done at $(el) s" >>$R/times.txt
 fi
-left=$((585 - $(el)))
+left=$((520 - $(el)))
 if [ $left -gt 60 ]; then
 	OUT=/tmp/ab VARIANTS="new:gpu-dn par:gpu-dnpar main:gpu cols0:gpu-dn:QPACK_CUDA_DN_COLS=0" DIMS=35b VOCABS=32768 ROUNDS=1 TOKENS=512 \
 		timeout $left sh bench/gpu/ab.sh >/tmp/ab/ab.txt 2>&1
