@@ -40,11 +40,12 @@ type Dims struct {
 	// Bits == 0 stores everything as F32.
 	Bits, Group int
 
-	// Unique, if > 0, bounds the random draws of a large matrix: only the
-	// first Unique experts of a stacked tensor, or the first Unique rows of
-	// an embedding / lm_head, are drawn and quantized; the rest repeat their
-	// bytes (still separate memory, so a benchmark touches as many bytes as
-	// with all-distinct weights). 0 draws everything.
+	// Unique, if > 0, bounds the random draws of the stacked experts: only
+	// the first Unique experts of a stacked tensor are drawn and quantized;
+	// the rest repeat their bytes (still separate memory, so a benchmark
+	// touches as many bytes as with all-distinct weights). An embedding or
+	// lm_head is drawn whole (in blocks of rows) either way, so no two
+	// tokens share a row. 0 draws everything at once.
 	Unique int
 }
 
@@ -279,11 +280,12 @@ func (g *gen) bigLinear(module string, stacked, rows, cols int, a float64) error
 		}
 		return nil
 	case u > 0 && stacked == 0 && rows > u:
-		if err := g.linear(module, g.uniform(u*cols, a), 0, u, cols); err != nil {
-			return err
-		}
-		g.tile(module, rows)
-		return nil
+		// An embedding or head: every row drawn, in blocks. With a few
+		// distinct rows the logits would repeat across the vocabulary (Unique
+		// = 32: each value 7,760 times at 248,320 entries), so a top-k draw
+		// would keep thousands of tied candidates and the benchmarks would
+		// time a sampler no real model makes work that hard.
+		return g.rowBlocks(module, rows, cols, a)
 	}
 	return g.linear(module, g.uniform(max(stacked, 1)*rows*cols, a), stacked, rows, cols)
 }

@@ -27,6 +27,18 @@ func TestUniqueTiles(t *testing.T) {
 	if emb.Shape[0] != 384 || len(emb.Data) != 384*2*2 {
 		t.Fatalf("embed scales %v %d", emb.Shape, len(emb.Data))
 	}
+	// The embedding and the head are drawn whole: no two tokens share a row
+	// (tiled rows made the benchmarks' logits repeat every Unique entries).
+	for _, name := range []string{"language_model.model.embed_tokens.weight", "language_model.lm_head.weight"} {
+		w, ok := m.Tensors[name]
+		if !ok {
+			continue // a tied head
+		}
+		row := len(w.Data) / int(w.Shape[0])
+		if bytes.Equal(w.Data[0:row], w.Data[3*row:4*row]) || bytes.Equal(w.Data[row:2*row], w.Data[4*row:5*row]) {
+			t.Fatalf("%s: rows repeat every %d", name, d.Unique)
+		}
+	}
 	if _, err := m.Build(nil); err != nil {
 		t.Fatal(err)
 	}
