@@ -179,41 +179,6 @@ func gemmaDense(g *gen, d GemmaDims) error {
 	return nil
 }
 
-// rowBlocks draws and stores a [rows, cols] matrix of distinct rows, 4096
-// rows at a time, so that a real vocabulary's float draws (738M values for
-// Gemma 4's embedding) are never all in memory at once.
-func (g *gen) rowBlocks(module string, rows, cols int, a float64) error {
-	const block = 4096
-	var acc map[string]runtime.DenseTensor
-	for r := 0; r < rows; r += block {
-		n := min(block, rows-r)
-		if err := g.linear(module, g.uniform(n*cols, a), 0, n, cols); err != nil {
-			return err
-		}
-		for _, part := range []string{".weight", ".scales", ".biases"} {
-			t, ok := g.tensors[module+part]
-			if !ok {
-				continue
-			}
-			if acc == nil {
-				acc = map[string]runtime.DenseTensor{}
-			}
-			x, ok := acc[part]
-			if !ok {
-				x = runtime.DenseTensor{DType: t.DType, Shape: append([]int64{0}, t.Shape[1:]...),
-					Data: make([]byte, 0, len(t.Data)/n*rows)}
-			}
-			x.Data = append(x.Data, t.Data...)
-			x.Shape[0] += int64(n)
-			acc[part] = x
-		}
-	}
-	for part, x := range acc {
-		g.tensors[module+part] = x
-	}
-	return nil
-}
-
 // gemmaExperts draws layer l's routed experts (Unique of them when set),
 // stacked, keyed by section name.
 func gemmaExperts(g *gen, d GemmaDims, l int) (runtime.MapTensors, error) {

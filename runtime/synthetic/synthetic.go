@@ -247,8 +247,8 @@ func (g *gen) linear(module string, w []float32, stacked, rows, cols int) error 
 	return nil
 }
 
-// tile stretches module's tensors along their first dim to n entries
-// (experts of a stacked tensor, or rows), entry i repeating entry i % u.
+// tile stretches a stacked tensor's parts along their first dim to n
+// experts, expert i repeating expert i % u.
 func (g *gen) tile(module string, n int) {
 	for _, part := range []string{".weight", ".scales", ".biases"} {
 		t, ok := g.tensors[module+part]
@@ -288,6 +288,42 @@ func (g *gen) bigLinear(module string, stacked, rows, cols int, a float64) error
 		return g.rowBlocks(module, rows, cols, a)
 	}
 	return g.linear(module, g.uniform(max(stacked, 1)*rows*cols, a), stacked, rows, cols)
+}
+
+// rowBlocks draws and stores a [rows, cols] matrix of distinct rows, 4096
+// rows at a time, so that a real vocabulary's float draws (738M values for
+// Gemma 4's embedding) are never all in memory at once: every embedding
+// and head of both architectures.
+func (g *gen) rowBlocks(module string, rows, cols int, a float64) error {
+	const block = 4096
+	var acc map[string]runtime.DenseTensor
+	for r := 0; r < rows; r += block {
+		n := min(block, rows-r)
+		if err := g.linear(module, g.uniform(n*cols, a), 0, n, cols); err != nil {
+			return err
+		}
+		for _, part := range []string{".weight", ".scales", ".biases"} {
+			t, ok := g.tensors[module+part]
+			if !ok {
+				continue
+			}
+			if acc == nil {
+				acc = map[string]runtime.DenseTensor{}
+			}
+			x, ok := acc[part]
+			if !ok {
+				x = runtime.DenseTensor{DType: t.DType, Shape: append([]int64{0}, t.Shape[1:]...),
+					Data: make([]byte, 0, len(t.Data)/n*rows)}
+			}
+			x.Data = append(x.Data, t.Data...)
+			x.Shape[0] += int64(n)
+			acc[part] = x
+		}
+	}
+	for part, x := range acc {
+		g.tensors[module+part] = x
+	}
+	return nil
 }
 
 // Generate draws a model from seed. The same seed and dims give the same
