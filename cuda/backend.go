@@ -47,11 +47,18 @@ type Backend struct {
 	// attention kernel instead of attention_tile (gpukernels.AttnTiled;
 	// tests cover both).
 	attnTileOff bool
+	// noSharedSlot runs a shared expert in launches of its own, never as
+	// the routed experts' slot k (QPACK_CUDA_SHARED_SLOT=0: A/B runs;
+	// tests cover both).
+	noSharedSlot bool
 	// stagedReads copies every download through staging, even into
 	// pinned memory from Alloc (QPACK_CUDA_DIRECT_READ=0: A/B runs).
 	stagedReads bool
-	err         error
-	closed      bool
+	// dnCols: which chunks' DeltaNet recurrence splits a head's columns
+	// over groups (QPACK_CUDA_DN_COLS).
+	dnCols dnColsPolicy
+	err    error
+	closed bool
 
 	layer       *Layer // the whole-layer device (layer.go), made on first use
 	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)
@@ -129,8 +136,8 @@ func newBackend(dev device) (*Backend, error) {
 		slog.Warn("cuda: kernels compiled with QPACK_CUDA_DEFINES (a benchmark switch, not a tested build)", "defines", defs)
 		version += " with " + defs
 	}
-	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev),
-		stagedReads: os.Getenv(directReadEnv) == "0"}
+	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0",
+		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv))}
 	b.dev = dev
 	if b.prof == nil {
 		b.dev = withRecorder(dev, &b.stats)

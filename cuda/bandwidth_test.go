@@ -120,8 +120,11 @@ func benchScales(r *rand.Rand, n int) []byte {
 }
 
 // benchInput is a random float32 vector of n elements, as bytes.
-func benchInput(r *rand.Rand, n int) []byte {
+func benchInput(r *rand.Rand, n int) []byte { return benchInputScaled(r, n, 1) }
+
+// benchInputScaled is benchInput with randVec's scale.
+func benchInputScaled(r *rand.Rand, n int, scale float32) []byte {
 	xs := make([]byte, 4*n)
-	mlxq.EncodeFloats(xs, randVec(r, n, 1), mlxq.F32)
+	mlxq.EncodeFloats(xs, randVec(r, n, scale), mlxq.F32)
 	return xs
 }

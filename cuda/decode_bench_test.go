@@ -64,27 +64,33 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 	}
 	// moeCase: the routed block of a decode step (k experts of [I][H]
 	// gate and up, [H][I] down, one table of k experts a copy) or, k = 1
-	// with gated, a sigmoid-gated shared expert; gateup launches over the k
-	// slots, down over the token.
-	moeCase := func(H, I, k int, down, gated bool) kcase {
+	// with gated, a sigmoid-gated shared expert; with slot, k routed
+	// experts and a shared one as the token's slot k (MoEParams.shared:
+	// the table's expert k); gateup launches over the slots, down over the
+	// token.
+	moeCase := func(H, I, k int, down, gated, slot bool) kcase {
 		g := mlxq.Matrix{Rows: I, Cols: H, Bits: 4, GroupSize: 32, Type: mlxq.BF16}
 		d := mlxq.Matrix{Rows: H, Cols: I, Bits: 4, GroupSize: 32, Type: mlxq.BF16}
 		ks, err := moeKernels(g, g, d)
 		if err != nil {
 			bb.Fatal(err)
 		}
-		m, kernel, n := g, ks[0], k
+		slots := k
+		if slot {
+			slots++
+		}
+		m, kernel, n := g, ks[0], slots
 		if down {
 			m, kernel, n = d, ks[1], 1
 		}
 		nsb := m.Rows * (m.Cols / m.GroupSize) * 2
-		bytes := k*(m.Rows*m.RowBytes()+2*nsb) + 4*n*m.Cols + 4*k*m.Rows
+		bytes := slots*(m.Rows*m.RowBytes()+2*nsb) + 4*n*m.Cols + 4*slots*m.Rows
 		copies := min(64, max(1, (256<<20)/bytes))
 		scales := benchScales(r, nsb)
 		var tables []devptr
 		for range copies {
-			table := make([]byte, 8*9*k)
-			for e := range k {
+			table := make([]byte, 8*9*slots)
+			for e := range slots {
 				for _, j := range []int{0, 3, 6} {
 					if (j == 6) != down {
 						continue // only the matrices the kernel reads
@@ -102,19 +108,66 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		for i := range k {
 			sel[i], wts[i] = int32(i), 1/float32(k)
 		}
-		p := moeParams{sel: upload(bb, b, i32b(sel)), wts: upload(bb, b, f32b(wts)), x: upload(bb, b, benchInput(r, k*max(H, I))),
-			y: upload(bb, b, make([]byte, 4*k*max(H, I))), fault: upload(bb, b, make([]byte, 4)), m: m, k: k, E: k}
-		if gated {
+		p := moeParams{sel: upload(bb, b, i32b(sel)), wts: upload(bb, b, f32b(wts)), x: upload(bb, b, benchInput(r, slots*max(H, I))),
+			y: upload(bb, b, make([]byte, 4*slots*max(H, I))), fault: upload(bb, b, make([]byte, 4)), m: m, k: k, E: k}
+		if (gated || slot) && down {
 			p.gate = upload(bb, b, make([]byte, 4))
 		}
 		what := fmt.Sprintf("%d routed experts", k)
-		if gated {
+		switch {
+		case gated:
 			what = "the shared expert"
+		case slot:
+			what += " and the shared one as slot k"
 		}
 		return kcase{fmt.Sprintf("%s [%d, %d] %s", kernel, m.Rows, m.Cols, what), bytes, func(i int) error {
 			q := p
 			q.table = tables[i%copies]
+			if slot {
+				q.shared = q.table + devptr(8*9*k)
+			}
 			return b.kMoE(kernel, q, n)
+		}, 0}
+	}
+	// dnCase: a DeltaNet mixer's kernels for one token (deltanet_conv,
+	// deltanet_qknorm, then deltanet_rec_reg, or with cols
+	// deltanet_rec_cols and deltanet_out) at the 35B's shapes (16 key and 32
+	// value heads of 128, kernel 4), the state rotating over copies past
+	// the L2 as a decode step finds it (the layer ran a step ago).
+	dnCase := func(cols bool) kcase {
+		const nk, nv, d, K = 16, 32, 128, 4
+		C := 2*nk*d + nv*d
+		state := 4 * nv * d * d
+		bytes := 2*state + 4*(C*K+(K-1)*C) + 4*(3*C+2*nv*d)
+		copies := min(64, max(1, (256<<20)/bytes))
+		small := func(n int, scale float32) devptr { return upload(bb, b, benchInputScaled(r, n, scale)) }
+		type dnCopy struct{ state, window devptr }
+		cs := make([]dnCopy, copies)
+		for i := range cs {
+			cs[i] = dnCopy{small(nv*d*d, 0.05), small((K-1)*C, 1)}
+		}
+		a := deltaNetPtrs{T: 1, Nk: nk, Nv: nv, Dk: d, Dv: d, K: K, Eps: 1e-6, Scratch: small(C, 1), Y: small(nv*d, 1),
+			Mixed: small(C, 1), Z: small(nv*d, 1), B: small(nv, 1), A: small(nv, 1), Conv: small(C*K, 0.5),
+			NegA: small(nv, 1), DtBias: small(nv, 1), Norm: small(d, 1)}
+		name, policy := "deltanet (3 kernels, rec_reg)", dnColsPolicy(-1)
+		if cols {
+			name, policy = "deltanet (4 kernels, rec_cols)", 0
+		}
+		return kcase{fmt.Sprintf("%s [%d x %d x %d] T=1", name, nv, d, d), bytes, func(i int) error {
+			q := a
+			q.State, q.Window = cs[i%copies].state, cs[i%copies].window
+			was := b.dnCols
+			b.dnCols = policy
+			defer func() { b.dnCols = was }()
+			return b.kDeltaNet(&q)
+		}, 0}
+	}
+	// topkCase: route_topk over a decode token's router logits.
+	topkCase := func(E, k int) kcase {
+		logits := upload(bb, b, benchInput(r, E))
+		sel, wts := upload(bb, b, make([]byte, 4*k)), upload(bb, b, make([]byte, 4*k))
+		return kcase{fmt.Sprintf("route_topk [1, %d] k %d", E, k), 4 * (E + 2*k), func(int) error {
+			return b.kRouteTopK(sel, wts, logits, 1, E, k, true)
 		}, 0}
 	}
 	const hidden = 2048
@@ -134,10 +187,15 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		matCase(hidden, 512, 4, 32),   // one expert's down
 		matCase(256, hidden, 8, 64),   // a router
 		matCase(32768, hidden, 4, 32), // lm_head of the benchmark's vocabulary
-		moeCase(hidden, 512, 8, false, false),
-		moeCase(hidden, 512, 8, true, false),
-		moeCase(hidden, 512, 1, false, true),
-		moeCase(hidden, 512, 1, true, true),
+		moeCase(hidden, 512, 8, false, false, false),
+		moeCase(hidden, 512, 8, true, false, false),
+		moeCase(hidden, 512, 1, false, true, false),
+		moeCase(hidden, 512, 1, true, true, false),
+		moeCase(hidden, 512, 8, false, false, true),
+		moeCase(hidden, 512, 8, true, false, true),
+		dnCase(false),
+		dnCase(true),
+		topkCase(256, 8),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)

@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
-// deltanet_rec_reg (the state in registers) gives deltanet_rec's bits: both
-// kernel bodies run on the CPU (cpurun) over the same inputs, on heads of
-// odd sizes within its 128 x 128, chunks of one and more tokens, several
-// value heads a key head, gates past softplus's threshold.
+// deltanet_rec_reg (the state in registers) and deltanet_rec_cols with
+// deltanet_out (a head's columns over several groups, the norm after) give
+// deltanet_rec's bits: the kernel bodies run on the CPU (cpurun) over the
+// same inputs, on heads of odd sizes within 128 x 128, chunks of one and
+// more tokens, several value heads a key head, gates past softplus's
+// threshold.
 func TestDeltaNetRecRegCPU(t *testing.T) {
 	b, d := cpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 11))
@@ -56,8 +60,17 @@ func TestDeltaNetRecRegCPU(t *testing.T) {
 			p := params(make([]byte, 0, sizeDNRec)).ptr(st).ptr(y).ptr(pCV).ptr(pZ).ptr(pB).ptr(pA).
 				ptr(pNegA).ptr(pDt).ptr(pNorm).
 				u32(c.T).u32(C).u32(c.nk).u32(c.nv).u32(c.dk).u32(c.dv).f32(1e-6).u32(0)
-			if err := b.launch(kernel, [3]int{c.nv, 1, 1}, tgThreads, p, sizeDNRec); err != nil {
-				t.Fatalf("%s %s: %v", what, kernel, err)
+			launches := [][2]any{{kernel, c.nv}}
+			if kernel == "deltanet_rec_cols" { // then its norm and gate
+				launches = [][2]any{{kernel, c.nv * ceilDiv(c.dv, simdWidth)}}
+				if c.T > 0 {
+					launches = append(launches, [2]any{"deltanet_out", c.T * c.nv})
+				}
+			}
+			for _, l := range launches {
+				if err := b.launch(l[0].(string), [3]int{l[1].(int), 1, 1}, tgThreads, p, sizeDNRec); err != nil {
+					t.Fatalf("%s %s: %v", what, l[0], err)
+				}
 			}
 			return d.get(st, len(S)), d.get(y, nt*c.nv*c.dv)
 		}
@@ -76,6 +89,10 @@ func TestDeltaNetRecRegCPU(t *testing.T) {
 		if c.T == 0 {
 			same("state (no tokens)", gotS, S)
 		}
+		// deltanet_rec_cols and deltanet_out: the same bits again.
+		gotS, gotY = run("deltanet_rec_cols")
+		same("state (cols)", gotS, wantS)
+		same("y (cols)", gotY, wantY)
 	}
 }
 
@@ -90,7 +107,9 @@ func (l *launchLog) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	return l.cpuDev.launch(fn, grid, block, p)
 }
 
-// kDeltaNet takes deltanet_rec_reg for heads up to 128 x 128 and
+// kDeltaNet takes deltanet_rec_cols and deltanet_out for heads up to 128 x
+// 128 in chunks of up to dnColsMaxT tokens (QPACK_CUDA_DN_COLS: 0 never,
+// all always), deltanet_rec_reg for other chunks of such heads, and
 // deltanet_rec beyond.
 func TestDeltaNetRecChoice(t *testing.T) {
 	_, d := cpuBackend(t)
@@ -99,22 +118,92 @@ func TestDeltaNetRecChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const cols = "deltanet_rec_cols deltanet_out"
 	for _, c := range []struct {
-		dk, dv int
-		want   string
-	}{{128, 128, "deltanet_rec_reg"}, {24, 40, "deltanet_rec_reg"}, {129, 16, "deltanet_rec"}, {16, 256, "deltanet_rec"}} {
+		env       string
+		T, dk, dv int
+		want      string
+	}{
+		{"", 1, 128, 128, cols}, {"", 1, 24, 40, cols}, {"", dnColsMaxT, 128, 128, cols},
+		{"", dnColsMaxT + 1, 128, 128, "deltanet_rec_reg"}, {"", 1, 129, 16, "deltanet_rec"}, {"", 1, 16, 256, "deltanet_rec"},
+		{"0", 1, 128, 128, "deltanet_rec_reg"}, {"all", 40, 128, 128, cols}, {"all", 40, 16, 256, "deltanet_rec"},
+	} {
+		b.dnCols = dnColsFor(c.env)
 		C := 2*c.dk + c.dv
-		p := &deltaNetPtrs{T: 1, Nk: 1, Nv: 1, Dk: c.dk, Dv: c.dv, K: 2, Eps: 1e-6,
-			Window: d.put(make([]float32, C)), State: d.put(make([]float32, c.dk*c.dv)), Scratch: d.put(make([]float32, C)),
-			Y: d.put(make([]float32, c.dv)), Mixed: d.put(make([]float32, C)), Z: d.put(make([]float32, c.dv)),
-			B: d.put(make([]float32, 1)), A: d.put(make([]float32, 1)), Conv: d.put(make([]float32, 2*C)),
+		p := &deltaNetPtrs{T: c.T, Nk: 1, Nv: 1, Dk: c.dk, Dv: c.dv, K: 2, Eps: 1e-6,
+			Window: d.put(make([]float32, C)), State: d.put(make([]float32, c.dk*c.dv)), Scratch: d.put(make([]float32, c.T*C)),
+			Y: d.put(make([]float32, c.T*c.dv)), Mixed: d.put(make([]float32, c.T*C)), Z: d.put(make([]float32, c.T*c.dv)),
+			B: d.put(make([]float32, c.T)), A: d.put(make([]float32, c.T)), Conv: d.put(make([]float32, 2*C)),
 			NegA: d.put(make([]float32, 1)), DtBias: d.put(make([]float32, 1)), Norm: d.put(make([]float32, c.dv))}
 		l.names = nil
 		if err := b.kDeltaNet(p); err != nil {
 			t.Fatal(err)
 		}
-		if got := l.names[len(l.names)-1]; got != c.want {
-			t.Errorf("dk %d, dv %d: %v, want the last %s", c.dk, c.dv, l.names, c.want)
+		if got := strings.Join(l.names[2:], " "); got != c.want {
+			t.Errorf("%s=%q, T %d, dk %d, dv %d: %v, want %s after the conv and q/k norms", dnColsEnv, c.env, c.T, c.dk, c.dv, l.names, c.want)
+		}
+	}
+}
+
+// deltanet_rec_cols with deltanet_out on the GPU at Qwen3.6-35B's DeltaNet
+// dims (16 key and 32 value heads of 128, kernel 4), a decode token and a
+// chunk of 7, against deltanet_rec_reg: the CPU run shows the same bits
+// (TestDeltaNetRecRegCPU); on the GPU NVRTC's contraction of multiply-adds
+// decides, so this requires agreement to 1e-6 of the largest value and
+// logs whether the bits are the same.
+func TestDeltaNetColsGPU(t *testing.T) {
+	b := openOrSkip(t)
+	deltaNetColsCheck(t, b, func(x []float32) devptr { return upload(t, b, f32b(x)) }, func(p devptr, n int) []float32 {
+		raw := download(t, b, p, 4*n)
+		return unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n)
+	})
+}
+
+// deltaNetColsCheck is TestDeltaNetColsGPU on b, whose memory up and get
+// write and read.
+func deltaNetColsCheck(t *testing.T, b *Backend, up func([]float32) devptr, get func(devptr, int) []float32) {
+	defer func() { b.dnCols = dnColsFor("") }()
+	const nk, nv, d, K = 16, 32, 128, 4
+	C := 2*nk*d + nv*d
+	r := rand.New(rand.NewPCG(3, 5))
+	for _, T := range []int{1, 7} {
+		S, win := rnd(r, nv*d*d, 0.5), rnd(r, (K-1)*C, 1)
+		mixed, z, bb, aa := rnd(r, T*C, 1), rnd(r, T*nv*d, 2), rnd(r, T*nv, 3), rnd(r, T*nv, 3)
+		conv, dt, norm := rnd(r, C*K, 0.5), rnd(r, nv, 1), rnd(r, d, 1)
+		negA := rnd(r, nv, 1)
+		for i := range negA {
+			negA[i] = -float32(math.Abs(float64(negA[i])))
+		}
+		run := func(policy dnColsPolicy) (y, state []float32) {
+			b.dnCols = policy
+			a := deltaNetPtrs{T: T, Nk: nk, Nv: nv, Dk: d, Dv: d, K: K, Eps: 1e-6, Window: up(win), State: up(S),
+				Scratch: up(make([]float32, T*C)), Y: up(make([]float32, T*nv*d)), Mixed: up(mixed), Z: up(z),
+				B: up(bb), A: up(aa), Conv: up(conv), NegA: up(negA), DtBias: up(dt), Norm: up(norm)}
+			if err := b.kDeltaNet(&a); err != nil {
+				t.Fatal(err)
+			}
+			return get(a.Y, T*nv*d), get(a.State, nv*d*d)
+		}
+		wantY, wantS := run(-1)
+		gotY, gotS := run(0)
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"y", gotY, wantY}, {"state", gotS, wantS}} {
+			var top, diff float64
+			same := 0
+			for i := range c.want {
+				top = max(top, math.Abs(float64(c.want[i])))
+				diff = max(diff, math.Abs(float64(c.got[i])-float64(c.want[i])))
+				if math.Float32bits(c.got[i]) == math.Float32bits(c.want[i]) {
+					same++
+				}
+			}
+			t.Logf("T %d, %s: %d of %d values bit-identical to deltanet_rec_reg's, largest difference %.3g (largest value %.3g)",
+				T, c.name, same, len(c.want), diff, top)
+			if !(diff <= 1e-6*top) {
+				t.Errorf("T %d, %s: deltanet_rec_cols differs from deltanet_rec_reg by %.3g (largest value %.3g)", T, c.name, diff, top)
+			}
 		}
 	}
 }

@@ -16,13 +16,23 @@ import (
 // gemv), the GLU and the combine by nn.HostDevice (as the fake's glu and
 // combine), so the routed path's results are the same bits as Route and
 // MoE.Run on the fake: a check of the table, the addresses and the
-// grids the host side computes.
+// grids the host side computes. A shared expert as every token's slot k
+// (MoEParams.shared) is found through its table of one; down then adds it
+// as the separate launches would (Combine over its one slot of weight 1,
+// then AddGated).
 func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	ptr := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
-	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[64+4*j:])) }
+	u := func(j int) int { return int(binary.LittleEndian.Uint32(p[72+4*j:])) }
 	rows, cols, group, st, bits, kk, E, act, layer := u(0), u(1), u(2), mlxq.Float(u(3)), u(4), u(5), u(6), u(7), u(8)
-	table, selp, wtsp, scalep, xp, yp, faultp, gatep := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7)
+	table, selp, wtsp, scalep, xp, yp, faultp, gatep, sharedp := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7), ptr(8)
 	gateup := strings.HasPrefix(k, "moe_gateup")
+	slotsPer := kk // a token's slots
+	if sharedp != 0 {
+		slotsPer++
+		if gateup == (gatep != 0) {
+			f.t.Fatalf("%s: a shared slot with gate %#x", k, gatep)
+		}
+	}
 	per := 1
 	if bits == 4 || bits == 8 {
 		per = qRows
@@ -43,19 +53,26 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 		f.t.Fatalf("%s for %d-bit experts", k, bits)
 	}
 	n := int(grid[1]) // slots (gateup) or tokens (down)
-	slots := n
-	if !gateup {
-		slots = n * kk
+	tokens := n
+	if gateup {
+		if n%slotsPer != 0 {
+			f.t.Fatalf("%s: %d groups along y for %d slots a token", k, n, slotsPer)
+		}
+		tokens = n / slotsPer
 	}
-	sel := make([]int32, slots)
+	sel := make([]int32, tokens*kk)
 	for i := range sel {
 		sel[i] = int32(binary.LittleEndian.Uint32(f.at(selp+uint64(4*i), 4)))
 	}
 	fault := func() { binary.LittleEndian.PutUint32(f.at(faultp, 4), uint32(layer+1)) }
-	// mat is matrix j (0 gate, 1 up, 2 down) of expert e, as the kernel
-	// finds it.
+	// mat is matrix j (0 gate, 1 up, 2 down) of expert e (-1: the shared
+	// expert), as the kernel finds it.
 	mat := func(e, j int) mlxq.Matrix {
-		a := func(i int) devptr { return binary.LittleEndian.Uint64(f.at(table+uint64(8*(9*e+3*j+i)), 8)) }
+		tab := table
+		if e < 0 {
+			tab, e = sharedp, 0
+		}
+		a := func(i int) devptr { return binary.LittleEndian.Uint64(f.at(tab+uint64(8*(9*e+3*j+i)), 8)) }
 		var m mlxq.Matrix
 		var err error
 		if bits == 0 {
@@ -78,13 +95,16 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 		}
 		for s := range n {
 			y := view(yp+uint64(4*s*rows), rows)
-			e := int(sel[s])
-			if e < 0 || e >= E {
-				fault()
-				clear(y)
-				continue
+			t, j := s/slotsPer, s%slotsPer
+			e := -1 // the shared expert
+			if j < kk {
+				if e = int(sel[t*kk+j]); e < 0 || e >= E {
+					fault()
+					clear(y)
+					continue
+				}
 			}
-			x := view(xp+uint64(4*(s/kk)*cols), cols)
+			x := view(xp+uint64(4*t*cols), cols)
 			g, up := make([]float32, rows), make([]float32, rows)
 			runtime.CPU{}.MatMul(mat(e, 0), g, x, 1)
 			runtime.CPU{}.MatMul(mat(e, 1), up, x, 1)
@@ -108,15 +128,22 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 			if scalep != 0 {
 				w[i] *= view(scalep, E)[e]
 			}
-			runtime.CPU{}.MatMul(mat(e, 2), res[i*rows:(i+1)*rows], view(xp+uint64(4*s*cols), cols), 1)
+			runtime.CPU{}.MatMul(mat(e, 2), res[i*rows:(i+1)*rows], view(xp+uint64(4*(t*slotsPer+i)*cols), cols), 1)
 		}
 		y := nn.HostTensor(view(yp+uint64(4*t*rows), rows))
-		if gatep == 0 {
-			h.Combine(y, nn.HostTensor(res), w, 1, kk, rows)
-			continue
-		}
 		sum := make([]float32, rows)
-		h.Combine(nn.HostTensor(sum), nn.HostTensor(res), w, 1, kk, rows)
-		h.AddGated(y, nn.HostTensor(sum), nn.HostTensor(view(gatep+uint64(4*t), 1)), 1, rows)
+		switch {
+		case sharedp != 0:
+			h.Combine(y, nn.HostTensor(res), w, 1, kk, rows)
+			sh := make([]float32, rows)
+			runtime.CPU{}.MatMul(mat(-1, 2), sh, view(xp+uint64(4*(t*slotsPer+kk)*cols), cols), 1)
+			h.Combine(nn.HostTensor(sum), nn.HostTensor(sh), []float32{1}, 1, 1, rows)
+			h.AddGated(y, nn.HostTensor(sum), nn.HostTensor(view(gatep+uint64(4*t), 1)), 1, rows)
+		case gatep == 0:
+			h.Combine(y, nn.HostTensor(res), w, 1, kk, rows)
+		default:
+			h.Combine(nn.HostTensor(sum), nn.HostTensor(res), w, 1, kk, rows)
+			h.AddGated(y, nn.HostTensor(sum), nn.HostTensor(view(gatep+uint64(4*t), 1)), 1, rows)
+		}
 	}
 }

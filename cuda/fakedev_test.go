@@ -1,11 +1,13 @@
 package cuda
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -48,6 +50,7 @@ type fakeDev struct {
 	liveEv   map[event]bool
 	freeMem  int64
 	conv     []byte // the last deltanet_conv's parameters
+	dnOut    devptr // the y of a deltanet_rec_cols whose deltanet_out is due (0: none)
 }
 
 func newFake(t testing.TB) *fakeDev {
@@ -420,8 +423,9 @@ func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
 // layerKernelPtrs is the number of device addresses each whole-layer
 // kernel's parameter block starts with.
 var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 7, "attention_tile": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
-	"deltanet_rec": 9, "deltanet_rec_reg": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
-	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3}
+	"deltanet_rec": 9, "deltanet_rec_reg": 9, "deltanet_rec_cols": 9, "deltanet_out": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
+	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3,
+	"select_chunk": 2, "select_merge": 2, "select_list": 5}
 
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
 // as layer_kernels.go lays it out (device addresses, then 32-bit fields)
@@ -450,6 +454,9 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			return 0
 		}
 		return (rows-1)*stride + width
+	}
+	if f.dnOut != 0 && k != "deltanet_out" {
+		f.t.Fatalf("%s launched after a deltanet_rec_cols without its deltanet_out", k)
 	}
 	var h nn.HostDevice
 	switch k {
@@ -508,7 +515,20 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 	case "deltanet_conv":
 		f.conv = append([]byte(nil), p...) // run with deltanet_rec
 	case "deltanet_qknorm":
-	case "deltanet_rec", "deltanet_rec_reg":
+	case "deltanet_out":
+		// deltanet_rec_cols computed y whole (the host's arithmetic);
+		// this must be its norm, over the same tensors, right after it.
+		if f.dnOut != ptr(1) || int(grid[0]) != u(0)*u(3) {
+			f.t.Fatalf("deltanet_out (grid %v) does not follow its deltanet_rec_cols", grid)
+		}
+		f.dnOut = 0
+	case "deltanet_rec", "deltanet_rec_reg", "deltanet_rec_cols":
+		if k == "deltanet_rec_cols" {
+			if int(grid[0]) != u(3)*((u(5)+31)/32) || grid[1] != 1 {
+				f.t.Fatalf("deltanet_rec_cols grid %v for %d heads of %d columns", grid, u(3), u(5))
+			}
+			f.dnOut = ptr(1)
+		}
 		cp := func(i int) devptr { return binary.LittleEndian.Uint64(f.conv[8*i:]) }
 		cu := func(j int) int { return int(binary.LittleEndian.Uint32(f.conv[32+4*j:])) }
 		nt, C, nk, nv, dk, dv, eps := u(0), u(1), u(2), u(3), u(4), u(5), fl(6)
@@ -579,6 +599,59 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			}
 		}
 		copy(view(ptr(2), nt*kk), r.Wts)
+	case "select_chunk", "select_merge", "select_list":
+		f.selectKernel(k, int(grid[0]), ptr, u, view)
+	}
+}
+
+// selectKernel emulates the select kernels from their contract
+// (80_select.qk), in plain Go: each chunk's k largest (NaN and -Inf as
+// -Inf), the k-th largest of those, each chunk's ids at least it.
+func (f *fakeDev) selectKernel(k string, G int, ptr func(int) devptr, u func(int) int, view func(devptr, int) []float32) {
+	desc := func(v []float32) []float32 {
+		for i, x := range v {
+			if !(x > float32(math.Inf(-1))) {
+				v[i] = float32(math.Inf(-1))
+			}
+		}
+		slices.SortFunc(v, func(a, b float32) int { return cmp.Compare(b, a) })
+		return v
+	}
+	switch k {
+	case "select_chunk":
+		n, kk := u(0), u(1)
+		x, part := view(ptr(0), n), view(ptr(1), G*kk)
+		for g := range G {
+			top := desc(append([]float32(nil), x[g*gpukernels.SelChunk:min(n, (g+1)*gpukernels.SelChunk)]...))
+			for r := range kk {
+				part[g*kk+r] = float32(math.Inf(-1))
+				if r < len(top) {
+					part[g*kk+r] = top[r]
+				}
+			}
+		}
+	case "select_merge":
+		m, kk := u(0), u(1)
+		top := desc(append([]float32(nil), view(ptr(0), m)...))
+		view(ptr(1), 1)[0] = top[kk-1]
+	case "select_list":
+		n, limit := u(0), u(1)
+		x, th := view(ptr(0), n), view(ptr(1), 1)[0]
+		cnt := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(2), 4*G)[0])), G)
+		ids := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(3), 4*G*limit)[0])), G*limit)
+		vals := view(ptr(4), G*limit)
+		for g := range G {
+			m := 0
+			for i := g * gpukernels.SelChunk; i < min(n, (g+1)*gpukernels.SelChunk); i++ {
+				if x[i] >= th {
+					if m < limit {
+						ids[g*limit+m], vals[g*limit+m] = int32(i), x[i]
+					}
+					m++
+				}
+			}
+			cnt[g] = int32(m)
+		}
 	}
 }
 

@@ -77,8 +77,8 @@ func defineToken(s string, value bool) bool {
 var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "gemv_q4_set", "gemv_q8_set", "rms_norm", "swiglu",
 	// the whole-layer kernels (internal/gpukernels, launched by layer_kernels.go)
 	"rms_norm_rows", "add_rms_norm_rows", "rope", "attention", "attention_tile", "attention_merge", "deltanet_conv", "deltanet_qknorm", "deltanet_rec", "deltanet_rec_reg",
-	"scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
-	"gather", "gather_rows", "scatter_rows", "route_topk",
+	"deltanet_rec_cols", "deltanet_out", "scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
+	"gather", "gather_rows", "scatter_rows", "route_topk", "select_chunk", "select_merge", "select_list",
 	// routed experts on the device (kernels/22_moe.cu, launched by layer_moe.go)
 	"moe_gateup_q4", "moe_gateup_q8", "moe_gateup_qn", "moe_gateup_dense",
 	"moe_down_q4", "moe_down_q8", "moe_down_qn", "moe_down_dense",

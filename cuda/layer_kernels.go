@@ -35,6 +35,9 @@ const (
 	sizeGather     = 40
 	sizeRows       = 32
 	sizeRoute      = 40
+	sizeSelChunk   = 24
+	sizeSelMerge   = 24
+	sizeSelList    = 48
 )
 
 // Limits of the kernels (the QK_* constants of the bodies).
@@ -269,9 +272,44 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 	kernel := "deltanet_rec"
 	if a.Dk <= 128 && a.Dv <= 128 { // QK_DNR_MAXD
 		kernel = "deltanet_rec_reg"
+		// A decode step's recurrence over a quarter of a head's columns
+		// per group (four times the groups), its norm and gate after it:
+		// the same bits.
+		if b.dnCols.use(a.T) {
+			if err := b.launch("deltanet_rec_cols", [3]int{a.Nv * ceilDiv(a.Dv, simdWidth), 1, 1}, tgThreads, p, sizeDNRec); err != nil {
+				return err
+			}
+			return b.launch("deltanet_out", [3]int{a.T * a.Nv, 1, 1}, tgThreads, p, sizeDNRec)
+		}
 	}
 	return b.launch(kernel, [3]int{a.Nv, 1, 1}, tgThreads, p, sizeDNRec)
 }
+
+// dnColsEnv picks where kDeltaNet splits a head's columns over groups
+// (deltanet_rec_cols): 0 never, "all" for every chunk, else (unset) for
+// chunks of at most dnColsMaxT tokens.
+const dnColsEnv = "QPACK_CUDA_DN_COLS"
+
+// dnColsMaxT: the longest chunk that takes deltanet_rec_cols by default.
+// A prefill chunk walks its tokens in order either way; what the split
+// changes there has not been measured.
+const dnColsMaxT = 16
+
+// dnColsPolicy is dnColsEnv's value: -1 never, 0 always, else the
+// longest chunk.
+type dnColsPolicy int
+
+func dnColsFor(v string) dnColsPolicy {
+	switch v {
+	case "0":
+		return -1
+	case "all":
+		return 0
+	}
+	return dnColsMaxT
+}
+
+func (d dnColsPolicy) use(T int) bool { return d == 0 || (d > 0 && T <= int(d)) }
 
 // kGather writes dst[r·n+i] = src[r·srcStride+ix[i]] for rows r (ix: n
 // int32 on the device).
@@ -432,4 +470,37 @@ func (b *Backend) kRouteTopK(sel, wts, logits devptr, T, E, k int, norm bool) er
 	}
 	p := params(make([]byte, 0, sizeRoute)).ptr(logits).ptr(sel).ptr(wts).u32(T).u32(E).u32(k).u32(b2u(norm))
 	return b.launch("route_topk", [3]int{T, 1, 1}, tgThreads, p, sizeRoute)
+}
+
+// kSelectTop queues the top-k selection of x[:n] (internal/gpukernels/
+// 80_select.qk): select_chunk writes each chunk's k largest into part
+// (G·k floats, G = ceil(n/4096)), select_merge the k-th largest of them to
+// out[0], select_list each chunk's candidates (ids at least it, ascending,
+// the first limit) to the regions after it, laid out as selectLayout says.
+func (b *Backend) kSelectTop(out, x, part devptr, n, k, limit int) error {
+	if !gpukernels.SelectFits(n, k) || limit < 1 || int64(gpukernels.SelectChunks(n))*int64(limit) >= indexLimit {
+		return fmt.Errorf("cuda: kernels select_*: n %d, k %d, limit %d", n, k, limit)
+	}
+	G := gpukernels.SelectChunks(n)
+	cnt, ids, vals := selectLayout(out, G, limit)
+	p := params(make([]byte, 0, sizeSelChunk)).ptr(x).ptr(part).u32(n).u32(k)
+	if err := b.launch("select_chunk", [3]int{G, 1, 1}, tgThreads, p, sizeSelChunk); err != nil {
+		return err
+	}
+	p = params(make([]byte, 0, sizeSelMerge)).ptr(part).ptr(out).u32(G * k).u32(k)
+	if err := b.launch("select_merge", [3]int{1, 1, 1}, tgThreads, p, sizeSelMerge); err != nil {
+		return err
+	}
+	p = params(make([]byte, 0, sizeSelList)).ptr(x).ptr(out).ptr(cnt).ptr(ids).ptr(vals).u32(n).u32(limit)
+	return b.launch("select_list", [3]int{G, 1, 1}, tgThreads, p, sizeSelList)
+}
+
+// selectLayout places the selection's results after the threshold at out
+// (one float): G counts, then G regions of limit ids, then of limit values
+// (int32 and float32), so one download brings them all.
+func selectLayout(out devptr, G, limit int) (cnt, ids, vals devptr) {
+	cnt = out + 4
+	ids = cnt + 4*uint64(G)
+	vals = ids + 4*uint64(G*limit)
+	return cnt, ids, vals
 }

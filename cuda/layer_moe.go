@@ -37,7 +37,7 @@ import (
 const routedMaxTokens = 8
 
 // sizeMoE is the size of MoEParams (kernels/22_moe.cu).
-const sizeMoE = 104
+const sizeMoE = 112
 
 // tableKey names a layer of a model's experts.
 type tableKey struct {
@@ -115,6 +115,12 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 			return false
 		}
 	}
+	// The shared expert as every token's slot k of the same two launches,
+	// where it can be.
+	slots := k
+	if shared != nil && l.b.sharedSlot(tab, shared, T, k) {
+		slots = k + 1
+	}
 	// Past here the work is queued (or the device error kept): true.
 	lp, xp, op := addr(s.Logits, T*E), addr(s.X, T*H), addr(s.Out, T*H)
 	var sp devptr
@@ -122,7 +128,7 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		sp = addr(s.ScaleDev, E)
 	}
 	fault, err := l.faultWord()
-	if err == nil && shared != nil {
+	if err == nil && shared != nil && slots == k {
 		err = l.moeConsts()
 	}
 	if err != nil {
@@ -135,7 +141,7 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		wts, err = l.scratch(4 * int64(T*k))
 	}
 	if err == nil {
-		h, err = l.scratch(4 * int64(T*k*I)) // 256-byte aligned: the 16-byte loads of x
+		h, err = l.scratch(4 * int64(T*slots*I)) // 256-byte aligned: the 16-byte loads of x
 	}
 	if err == nil && xp%16 != 0 {
 		var x devptr
@@ -153,9 +159,13 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		return true
 	}
 	mp := moeParams{table: tab.p, sel: sel, wts: wts, fault: fault, k: k, E: E, layer: s.Layer}
+	if slots > k {
+		mp.shared, mp.gate = shared.table, addr(s.SharedGate, T)
+		shared = nil // no launches of its own
+	}
 	up := mp
-	up.x, up.y, up.m, up.act = xp, h, gate, int(s.Act)
-	if err := l.b.kMoE(tab.kernels[0], up, T*k); err != nil {
+	up.x, up.y, up.m, up.act, up.gate = xp, h, gate, int(s.Act), 0
+	if err := l.b.kMoE(tab.kernels[0], up, T*slots); err != nil {
 		l.fail("RouteExperts", err)
 		return true
 	}
@@ -335,19 +345,27 @@ func (l *Layer) freeRetired() {
 
 // moeParams are one MoE kernel's arguments (MoEParams).
 type moeParams struct {
-	table, sel, wts, scale, x, y, fault, gate devptr
-	m                                         mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
-	k, E, act, layer                          int
+	table, sel, wts, scale, x, y, fault, gate, shared devptr
+	m                                                 mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
+	k, E, act, layer                                  int
 }
 
-// kMoE queues a moe_gateup_* kernel over n = T·k slots or a moe_down_*
+// slots is the slots a token has: k, and the shared expert's.
+func (p moeParams) slots() int {
+	if p.shared != 0 {
+		return p.k + 1
+	}
+	return p.k
+}
+
+// kMoE queues a moe_gateup_* kernel over n = T·slots slots or a moe_down_*
 // kernel over n = T tokens.
 func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 	m := p.m
 	if n < 1 || n > maxGridY || p.k < 1 || p.k > routeMaxK {
 		return fmt.Errorf("cuda: kernel %s: %d groups along y, k %d", kernel, n, p.k)
 	}
-	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.k)*int64(n)*int64(m.Cols)); err != nil {
+	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.slots())*int64(n)*int64(m.Cols)); err != nil {
 		return err
 	}
 	groups, split := moeGrid(kernel, m, n, b.gemvSplit)
@@ -357,8 +375,30 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 // block is the MoEParams block of p with that split.
 func (p moeParams) block(split int) []byte {
 	m := p.m
-	return params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).
+	return params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).ptr(p.shared).
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(split)
+}
+
+// sharedSlotEnv set to 0 turns sharedSlot off.
+const sharedSlotEnv = "QPACK_CUDA_SHARED_SLOT"
+
+// sharedSlot reports whether a layer's shared expert runs as every
+// token's slot k of the routed experts' two launches rather than two
+// launches of its own: of the routed experts' shapes and kernels, and
+// with gateup's split for T·(k+1) slots the one the routed experts (T·k
+// slots) and the shared expert alone (T) get, so that every output is
+// the bits of the separate launches. QPACK_CUDA_SHARED_SLOT=0 turns it
+// off (an A/B switch for the benchmarks).
+func (b *Backend) sharedSlot(tab *expertTable, se *sharedExpert, T, k int) bool {
+	g, d := tab.shape[0], tab.shape[2]
+	if b.noSharedSlot || se.kernels != tab.kernels || !sameShape(se.gate, g) || !sameShape(se.down, d) {
+		return false
+	}
+	if g.Bits != 4 && g.Bits != 8 {
+		return true // gateup splits only 4- and 8-bit rows
+	}
+	s := b.gemvSplit(g.Rows, g.Cols, g.Bits, T*(k+1))
+	return s == b.gemvSplit(g.Rows, g.Cols, g.Bits, T*k) && s == b.gemvSplit(g.Rows, g.Cols, g.Bits, T)
 }
 
 // moeGrid is the row blocks (groups along x) of a moe_* kernel over n slots

@@ -166,7 +166,7 @@ func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 		scale := []float32{1.5, 0.5, 2, 0.75, 1.25}
 		x := randVec(r, T*c.H, 1)
 		p := moeParams{table: img.put(table), sel: img.put(i32b(sel)), wts: img.put(f32b(wts)), scale: ^uint64(0),
-			x: img.put(f32b(x)), gate: ^uint64(0), k: k, E: E, layer: layer}
+			x: img.put(f32b(x)), gate: ^uint64(0), shared: ^uint64(0), k: k, E: E, layer: layer}
 		if c.scale {
 			p.scale = img.put(f32b(scale))
 		}
@@ -290,7 +290,51 @@ func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 				}
 			}
 		}
-		t.Logf("case %d %s: within bounds", ci, name)
+		// The shared expert as every token's slot k of the same two
+		// launches (MoEParams.shared): the bits of the four launches above.
+		shTab := make([]byte, 8*9)
+		copy(shTab, table[:8*9]) // expert 0's offsets
+		mp := p
+		mp.shared = img.put(shTab)
+		h3 := img.put(make([]byte, 4*T*(k+1)*c.I))
+		out3 := img.put(make([]byte, 4*T*c.H))
+		for i := range img.floats(h3, T*(k+1)*c.I) {
+			img.floats(h3, T*(k+1)*c.I)[i] = float32(math.NaN())
+		}
+		for i := range img.floats(out3, T*c.H) {
+			img.floats(out3, T*c.H)[i] = float32(math.NaN())
+		}
+		mUp := mp
+		mUp.y, mUp.m = h3, mats[0][0]
+		img = runMoEEmu(t, bin, ks[0], T*(k+1), split, mUp, img)
+		mDn := mp
+		mDn.x, mDn.y, mDn.m, mDn.gate = h3, out3, mats[0][2], shDn.gate
+		img = runMoEEmu(t, bin, ks[1], T, split, mDn, img)
+		hs, h2s = img.floats(h, T*k*c.I), img.floats(h2, T*c.I)
+		h3s := img.floats(h3, T*(k+1)*c.I)
+		for tok := range T {
+			for j := range k + 1 {
+				var want []float32
+				if j < k {
+					want = hs[(tok*k+j)*c.I:][:c.I]
+				} else {
+					want = h2s[tok*c.I:][:c.I]
+				}
+				got := h3s[(tok*(k+1)+j)*c.I:][:c.I]
+				for i := range c.I {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: shared slot: token %d slot %d h[%d] = %g, separate launches %g", name, tok, j, i, got[i], want[i])
+					}
+				}
+			}
+		}
+		o3 := img.floats(out3, T*c.H)
+		for i, v := range img.floats(out, T*c.H) {
+			if math.Float32bits(o3[i]) != math.Float32bits(v) {
+				t.Fatalf("%s: shared slot: out[%d] = %g, separate launches %g", name, i, o3[i], v)
+			}
+		}
+		t.Logf("case %d %s: within bounds; the shared slot's bits are the separate launches'", ci, name)
 	}
 	for _, k := range kernelNames {
 		if build == "staged" && strings.HasPrefix(k, "moe_") && !seen[k] {

@@ -130,6 +130,106 @@ func TestLayerRoutedExpertsTable(t *testing.T) {
 	}
 }
 
+// A sigmoid-gated shared expert of the routed experts' shapes runs as
+// every token's slot k of their two launches (sharedSlot), four launches
+// a layer becoming two; with QPACK_CUDA_SHARED_SLOT=0 (noSharedSlot) it
+// runs in two of its own. Both are the host path's bits on the fake
+// (Route, the shared MLP, MoE.Run, AddGated), for one token and for
+// several; a shared expert of another width keeps its own launches.
+func TestLayerSharedExpertSlot(t *testing.T) {
+	l, f := layerOf(t)
+	b := l.b
+	r := rand.New(rand.NewPCG(73, 74))
+	const E, H, I, K, layer = 5, 64, 32, 2, 3
+	mat := func(rows, cols int) mlxq.Matrix { return makeMatrix(t, r, matCase{rows, cols, 4, 32, mlxq.BF16}) }
+	ws := make([]*nn.ExpertWeights, E)
+	for e := range ws {
+		ws[e] = &nn.ExpertWeights{Layer: layer, Expert: e, Gate: mat(I, H), Up: mat(I, H), Down: mat(H, I)}
+	}
+	b.SetExpertCacheBytes(int64(E) * (2*matBytes(ws[0].Gate) + matBytes(ws[0].Down)))
+	for _, w := range ws {
+		if _, err := l.Expert(testSrc, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resident := func(m mlxq.Matrix) nn.Mat {
+		d, err := l.Resident(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	sharedOf := func(I int) *nn.ExpertMats {
+		return &nn.ExpertMats{Gate: resident(mat(I, H)), Up: resident(mat(I, H)), Down: resident(mat(H, I))}
+	}
+	same, wider := sharedOf(I), sharedOf(2*I)
+	for _, c := range []struct {
+		name    string
+		shared  *nn.ExpertMats
+		T       int
+		off     bool
+		wantMoE int // moe_* launches
+	}{
+		{"one token, shared slot", same, 1, false, 2},
+		{"one token, own launches (QPACK_CUDA_SHARED_SLOT=0)", same, 1, true, 4},
+		{"three tokens, shared slot", same, 3, false, 2},
+		{"three tokens, own launches", same, 3, true, 4},
+		{"a wider shared expert", wider, 2, false, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b.noSharedSlot = c.off
+			defer func() { b.noSharedSlot = false }()
+			T := c.T
+			logits, x, gate := randVec(r, T*E, 2), randVec(r, T*H, 1), randVec(r, T, 2)
+			spec := func() nn.RoutedSpec {
+				return nn.RoutedSpec{Src: testSrc, Layer: layer, Logits: put(t, l, logits), X: put(t, l, x), Out: l.Temp(T * H),
+					T: T, E: E, H: H, K: K, Norm: true, Act: nn.SiLUGate, Shared: c.shared, SharedGate: put(t, l, gate)}
+			}
+			// The host path.
+			s := spec()
+			rt := nn.NewRouting(T, K)
+			if err := l.Route(rt, s.Logits, T, E, true); err != nil {
+				t.Fatal(err)
+			}
+			sh := l.Temp(T * H)
+			g, u := l.Temp(T*c.shared.Gate.W.Rows), l.Temp(T*c.shared.Gate.W.Rows)
+			l.MatMul(c.shared.Gate, g, s.X, T)
+			l.MatMul(c.shared.Up, u, s.X, T)
+			l.GLU(nn.SiLUGate, g, g, u, T*c.shared.Gate.W.Rows)
+			l.MatMul(c.shared.Down, sh, g, T)
+			moe := &nn.MoE{Device: l, Experts: testSrc, Act: nn.SiLUGate}
+			if err := moe.Run(layer, s.X, T, H, rt, nil, s.Out); err != nil {
+				t.Fatal(err)
+			}
+			l.AddGated(s.Out, sh, s.SharedGate, T, H)
+			want := get(t, l, s.Out)
+			if err := l.EndPass(); err != nil {
+				t.Fatal(err)
+			}
+			// On the device.
+			s = spec()
+			n0 := len(f.launches)
+			if !l.RouteExperts(s) {
+				t.Fatal("declined with every expert cached")
+			}
+			got := get(t, l, s.Out)
+			if err := l.EndPass(); err != nil {
+				t.Fatal(err)
+			}
+			moeLaunches := 0
+			for _, k := range f.launches[n0:] {
+				if strings.HasPrefix(k, "moe_") {
+					moeLaunches++
+				}
+			}
+			if moeLaunches != c.wantMoE {
+				t.Errorf("%d moe launches (%v), want %d", moeLaunches, f.launches[n0:], c.wantMoE)
+			}
+			sameBits(t, c.name, got, want)
+		})
+	}
+}
+
 // A token whose router logits hold a NaN chooses no expert: the MoE
 // kernels store layer+1 into the fault word, and that pass's EndPass
 // returns an error naming the layer. The word is mapped host memory, so

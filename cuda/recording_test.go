@@ -31,7 +31,7 @@ var sanitizedTests = []string{"TestMatMulConformance", "TestRMSNormConformance",
 // conformanceTests are the GPU tests of conformance.log: the sanitized ones,
 // the conformance suite's model half, and every gemm kernel at every shape.
 var conformanceTests = append(append([]string(nil), sanitizedTests...),
-	"TestModelsConformanceGPU", "TestGemmConformance", "TestGraphsGPU")
+	"TestModelsConformanceGPU", "TestGemmConformance", "TestGraphsGPU", "TestDeltaNetColsGPU")
 
 // checkPassed checks a go test -v log: every one of tests passed (none
 // skipped or failed), on a real device, compiling this tree's kernels.

@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 
@@ -295,14 +296,28 @@ func (d *Device) kDeltaNet(st *tensorState, a *nn.DeltaNetArgs) bool {
 	d.entry("deltanet_qknorm", a.T*2*a.Nk, 1, p, ptrOut("x", cv))
 	// Head dims up to 128 (the real models'): the state in registers
 	// across the chunk (deltanet_rec_reg, the same bits).
-	rec := "deltanet_rec"
+	// A decode step's chunk (the CUDA backend's default, dnColsMaxT there)
+	// splits a head's columns over groups, the norm and gate after it
+	// (deltanet_rec_cols and deltanet_out, the same bits).
+	rec, groups := "deltanet_rec", a.Nv
 	if a.Dk <= 128 && a.Dv <= 128 && d.has("deltanet_rec_reg") {
 		rec = "deltanet_rec_reg"
+		if a.T <= 16 && d.has("deltanet_rec_cols") && d.has("deltanet_out") {
+			rec, groups = "deltanet_rec_cols", a.Nv*ceilDiv(a.Dv, 32)
+		}
 	}
-	p = d.b.params(rec).u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("nv", a.Nv).u32("dk", a.Dk).
-		u32("dv", a.Dv).f32("eps", a.Eps)
-	d.entry(rec, a.Nv, 1, p, ptrOut("state", st.t[1]), ptrOut("y", a.Y), ptrIn("cv", cv), ptrIn("z", a.Z),
-		ptrIn("b", a.B), ptrIn("a", a.A), ptrIn("nega", a.NegA), ptrIn("dtbias", a.DtBias), ptrIn("norm", a.Norm))
+	args := func(kernel string) *paramBlock {
+		return d.b.params(kernel).u32("T", a.T).u32("C", C).u32("nk", a.Nk).u32("nv", a.Nv).u32("dk", a.Dk).
+			u32("dv", a.Dv).f32("eps", a.Eps)
+	}
+	ptrs := func() []ptrArg {
+		return []ptrArg{ptrOut("state", st.t[1]), ptrOut("y", a.Y), ptrIn("cv", cv), ptrIn("z", a.Z),
+			ptrIn("b", a.B), ptrIn("a", a.A), ptrIn("nega", a.NegA), ptrIn("dtbias", a.DtBias), ptrIn("norm", a.Norm)}
+	}
+	d.entry(rec, groups, 1, args(rec), ptrs()...)
+	if rec == "deltanet_rec_cols" {
+		d.entry("deltanet_out", a.T*a.Nv, 1, args("deltanet_out"), ptrs()...)
+	}
 	return true
 }
 
@@ -339,4 +354,40 @@ func (d *Device) kRoute(r nn.Routing, logits nn.Tensor, T, E int, norm bool) (ok
 	}
 	copy(r.Wts[:T*k], host(wts))
 	return true
+}
+
+// kSelectTop encodes the select kernels over x[:n] into pass memory,
+// waits, and checks and copies the candidates into c
+// (gpukernels.Selection). ok false: outside the kernels' limits or a
+// kernel unusable (the caller selects on the host).
+func (d *Device) kSelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (ok, sel bool) {
+	if !d.has("select_chunk") || !d.has("select_merge") || !d.has("select_list") || !gpukernels.SelectFits(n, k) {
+		return false, false
+	}
+	G, limit := gpukernels.SelectChunks(n), k+gpukernels.SelSlack
+	part, ok1 := d.floats(make([]float32, G*k))
+	th, ok2 := d.floats(make([]float32, 1))
+	cnt, ok3 := d.ints(make([]int, G))
+	ids, ok4 := d.ints(make([]int, G*limit))
+	vals, ok5 := d.floats(make([]float32, G*limit))
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return true, false
+	}
+	d.entry("select_chunk", G, 1, d.b.params("select_chunk").u32("n", n).u32("k", k), ptrIn("x", x), ptrOut("part", part))
+	d.entry("select_merge", 1, 1, d.b.params("select_merge").u32("m", G*k).u32("k", k), ptrIn("part", part), ptrOut("th", th))
+	d.entry("select_list", G, 1, d.b.params("select_list").u32("n", n).u32("cap", limit),
+		ptrIn("x", x), ptrIn("th", th), ptrOut("cnt", cnt), ptrOut("ids", ids), ptrOut("vals", vals))
+	if !d.sync() {
+		return true, false
+	}
+	i32 := func(t nn.Tensor) []int32 {
+		return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(host(t)))), t.N)
+	}
+	s := gpukernels.Selection{N: n, K: k, Limit: limit, Th: host(th)[0], Count: i32(cnt), IDs: i32(ids), Vals: host(vals)}
+	sel, err := s.Parse(c)
+	if err != nil {
+		d.fail(fmt.Errorf("metal: %w", err))
+		return true, false
+	}
+	return true, sel
 }

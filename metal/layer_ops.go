@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
@@ -428,3 +429,25 @@ func (d *Device) Attention(kv nn.KVState, O, Q, K, V nn.Tensor, T int, dims nn.A
 		d.fail(err)
 	}
 }
+
+// SelectTop implements nn.TopSelector with the select kernels: a wait,
+// then the candidates are read back (on the host, with nn.SelectTopRef,
+// where a kernel is unusable).
+func (d *Device) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) {
+	c.Reset()
+	need("SelectTop", x, n)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil || !gpukernels.SelectFits(n, k) {
+		return false, d.err
+	}
+	if ran, sel := d.kSelectTop(c, x, n, k); ran {
+		return sel && d.err == nil, d.err
+	}
+	if !d.hostOp() {
+		return false, d.err
+	}
+	return nn.SelectTopRef(c, host(x)[:n], k, 0), d.err
+}
+
+var _ nn.TopSelector = (*Device)(nil)

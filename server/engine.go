@@ -151,7 +151,7 @@ func (s *Server) generate(ctx context.Context, j *job) (*outcome, error) {
 	resumed := time.Since(start)
 	res, err := s.sess.Generate(ctx, rest, runner.GenOptions{
 		MaxNew: j.maxNew, Sample: j.gen.sample, Stop: j.gen.stop, OnText: j.onText,
-		OnToken: func(int, []float32) { countToken(ctx) },
+		OnSampled: func(int) { countToken(ctx) }, // not OnToken: the device may select the top of the logits
 	})
 	if err != nil {
 		return nil, err

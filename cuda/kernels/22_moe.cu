@@ -21,6 +21,14 @@
 //     gate set, it adds sigmoid(gate[t]) times that sum to y instead
 //     (add_gated's arithmetic: a sigmoid-gated shared expert, run as a
 //     one-expert table after the routed ones).
+// With shared set (the shared expert's [9] matrices, of the routed
+// experts' shapes), every token has a (k+1)-th slot, kk = k+1 slots in
+// all: gateup's groups along y are T·kk (slot k of each token the shared
+// expert), its output [T·kk][rows]; down sums the routed slots as above,
+// then adds sigmoid(gate[t]) times the shared slot's row: y = sum +
+// sigmoid(gate[t])·(0 + shared), the bits of the two launches of a
+// separate shared expert (its sum over one slot of weight 1, then
+// add_gated's arithmetic), in two kernels a layer instead of four.
 // The per-row products are the gemv kernels' (qp_rows_q, qp_row_qn,
 // qp_row_dense), so an expert's outputs are the same bits as through
 // gemv_q4/q8/qn/dense.
@@ -50,6 +58,7 @@ struct MoEParams {
     float* y;           // gateup: [T·k][rows]; down: [T][rows]
     uint* fault;        // [1]
     const float* gate;  // down only: 0, or [T] logits of a sigmoid gate: y = y + sigmoid(gate[t])·sum
+    const ulong* shared; // 0, or [9]: the shared expert as every token's slot k (gate set for down)
     uint rows;
     uint cols;
     uint group;
@@ -61,7 +70,7 @@ struct MoEParams {
     uint layer; // for the fault word
     uint split; // gateup, 4 and 8 bits: simdgroups that share a row quad's chunks (gemv_q's split); else 1
 };
-QP_STATIC_ASSERT(sizeof(MoEParams) == 104, "MoEParams layout");
+QP_STATIC_ASSERT(sizeof(MoEParams) == 112, "MoEParams layout");
 
 // BITS: 4 or 8 (QP_QROWS rows per simdgroup), QP_MOE_QN (any width from 2
 // to 8 bits, p.bits; one row) or QP_MOE_DENSE (float32/16, bfloat16 of
@@ -113,6 +122,21 @@ QP_DEVICE int qp_moe_expert(const MoEParams& p, uint s, uint lane) {
     return e;
 }
 
+// Slots a token has: k, and the shared expert's when there is one.
+QP_DEVICE uint qp_moe_slots(const MoEParams& p) {
+    return p.k + (p.shared != 0 ? 1u : 0u);
+}
+
+// The matrices of token t's slot j < qp_moe_slots(p), or 0 (the fault
+// word set) when a routed slot chose no expert.
+QP_DEVICE QP_GLOBAL const ulong* qp_moe_mats(const MoEParams& p, uint t, uint j, uint lane) {
+    if (j == p.k) {
+        return p.shared;
+    }
+    int e = qp_moe_expert(p, t * p.k + j, lane);
+    return e < 0 ? (QP_GLOBAL const ulong*)0 : p.table + ulong(e) * 9;
+}
+
 // Gate and up: group (x, y) = (row block, slot s); the group's
 // simdgroups take row quads (4 and 8 bits; one row otherwise) in turn,
 // split of them to a quad, each its share of the chunks (gemv_q's
@@ -129,18 +153,19 @@ QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
     uint part = QP_SIMD_ID % split;
     uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * R;
     uint lane = QP_LANE;
-    uint s = QP_GROUP_Y;
-    QP_GLOBAL const float* x = p.x + ulong(s / p.k) * p.cols;
+    uint s = QP_GROUP_Y; // token s / kk's slot s % kk
+    uint kk = qp_moe_slots(p);
+    QP_GLOBAL const float* x = p.x + ulong(s / kk) * p.cols;
     bool staged = false;
     if constexpr (Q) {
         staged = qp_stage_x<BITS>(xs, x, p.cols); // every thread (a barrier)
     }
     bool active = row0 < p.rows; // uniform per simdgroup
-    int e = active ? qp_moe_expert(p, s, lane) : -1;
+    QP_GLOBAL const ulong* m = active ? qp_moe_mats(p, s / kk, s % kk, lane) : (QP_GLOBAL const ulong*)0;
+    int e = m != 0 ? 0 : -1;
     float g[QP_QROWS] = {};
     float u[QP_QROWS] = {};
     if (e >= 0) {
-        QP_GLOBAL const ulong* m = p.table + ulong(e) * 9;
         uint c0 = Q ? part * QP_SIMD + lane : lane;
         qp_moe_rows<BITS>(m, p, x, xs, staged, row0, c0, QP_SIMD * split, g);
         qp_moe_rows<BITS>(m + 3, p, x, xs, staged, row0, c0, QP_SIMD * split, u);
@@ -196,7 +221,7 @@ QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
 template <int BITS>
 QP_DEVICE void qp_moe_down(const MoEParams& p) {
     const uint R = qp_moe_rows_per_simd<BITS>();
-    QP_SHARED float part[QK_MOE_MAXK * 2 * QP_QROWS];
+    QP_SHARED float part[(QK_MOE_MAXK + 1) * 2 * QP_QROWS];
     bool half = qp_moe_down_half<BITS>(p.cols);
     uint RB = half ? 2 * R : R; // rows of the group
     uint row0 = QP_GROUP_X * RB;
@@ -205,17 +230,17 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
     uint hi = half ? lane / 16 : 0; // which of the two quads
     uint c0 = half ? lane % 16 : lane;
     uint step = half ? 16 : QP_SIMD;
-    for (uint i = QP_SIMD_ID; i < p.k; i += QP_SIMDS) {
-        uint s = t * p.k + i;
-        int e = qp_moe_expert(p, s, lane);
+    uint kk = qp_moe_slots(p);
+    for (uint i = QP_SIMD_ID; i < kk; i += QP_SIMDS) {
+        QP_GLOBAL const ulong* m = qp_moe_mats(p, t, i, lane);
         float acc[QP_QROWS];
         QP_UNROLL
         for (uint j = 0; j < QP_QROWS; j++) {
             acc[j] = 0.0f;
         }
         uint r0 = row0 + hi * R;
-        if (e >= 0 && r0 < p.rows) {
-            qp_moe_rows<BITS>(p.table + ulong(e) * 9 + 6, p, p.x + ulong(s) * p.cols, 0, false, r0, c0, step, acc);
+        if (m != 0 && r0 < p.rows) {
+            qp_moe_rows<BITS>(m + 6, p, p.x + ulong(t * kk + i) * p.cols, 0, false, r0, c0, step, acc);
         }
         QP_UNROLL
         for (uint j = 0; j < R; j++) {
@@ -242,7 +267,11 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
             out += w * part[i * RB + tid];
         }
         QP_GLOBAL float* y = p.y + ulong(t) * p.rows + row0 + tid;
-        if (p.gate != 0) {
+        if (p.shared != 0) {
+            float sh = 0.0f; // a sum over one slot of weight 1, as alone
+            sh += 1.0f * part[p.k * RB + tid];
+            out = out + qk_sigmoid(p.gate[t]) * sh; // add_gated's arithmetic
+        } else if (p.gate != 0) {
             out = *y + qk_sigmoid(p.gate[t]) * out; // add_gated's arithmetic
         }
         *y = out;

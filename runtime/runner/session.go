@@ -12,6 +12,7 @@ import (
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/chattmpl"
 	"github.com/qpack-go/qpack/runtime/expertcache"
+	"github.com/qpack-go/qpack/runtime/nn"
 	"github.com/qpack-go/qpack/runtime/sample"
 )
 
@@ -62,8 +63,16 @@ type GenOptions struct {
 	// character, never part of a stop string); an error aborts.
 	OnText func(string) error
 	// OnToken, if set, sees each sampled token with the logits it was
-	// sampled from (valid during the call only).
+	// sampled from (valid during the call only). Having to keep the
+	// logits, the decode then reads them all every step, even where the
+	// device could select their top (see OnSampled).
 	OnToken func(id int, logits []float32)
+	// OnSampled, if set, sees each sampled token, without its logits:
+	// unlike OnToken it leaves the decode free to have the device select
+	// the top of the logits (runtime.TopRequest) instead of reading the
+	// whole vector, so a caller that only counts or records the tokens
+	// should use it.
+	OnSampled func(id int)
 }
 
 // DefaultMaxNew is the token limit when GenOptions.MaxNew is 0.
@@ -236,17 +245,33 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	t1 := time.Now()
 	var interrupted error
 	// Each step's logits go into pinned memory where the backend has it,
-	// else into the last step's slice (sampled and seen by OnToken
-	// already).
+	// else into the last slice Forward returned (sampled and seen by
+	// OnToken already): prev, which a step whose top the device selected
+	// (no logits) leaves as it was.
 	into := s.r.logits.take()
 	defer s.r.logits.give(into)
+	prev := logits
+	// A step's logits are nil when the device selected their top instead
+	// (top.C): the first token comes from the prefill's logits.
+	top := s.topRequest(sm, g)
+	fwd := &runtime.ForwardOptions{Speculate: s.r.spec, Top: top}
 	for {
-		tok, err := sm.Sample(logits)
+		var tok int
+		if logits == nil && top != nil {
+			// The device selected the top of the logits (fwd.Top), and
+			// Accept checked that the sampler draws from it.
+			tok, err = sampleTop(sm, &top.C)
+		} else {
+			tok, err = sm.Sample(logits)
+		}
 		if err != nil {
 			return nil, err
 		}
 		if g.OnToken != nil {
 			g.OnToken(tok, logits)
+		}
+		if g.OnSampled != nil {
+			g.OnSampled(tok)
 		}
 		if stop.IsEOS(tok) {
 			s.pending, s.pendEOS = tok, true
@@ -275,14 +300,17 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 			interrupted = fmt.Errorf("decode interrupted after %d tokens: %w", len(res.Tokens), err)
 			break
 		}
-		buf := into
-		if buf == nil {
-			buf = logits
+		fwd.Into = into
+		if fwd.Into == nil {
+			fwd.Into = prev
 		}
-		logits, err = s.r.Model.Forward(s.st, []int{tok}, &runtime.ForwardOptions{Speculate: s.r.spec, Into: buf})
+		logits, err = s.r.Model.Forward(s.st, []int{tok}, fwd)
 		if err != nil {
 			s.Reset()
 			return nil, err
+		}
+		if logits != nil {
+			prev = logits
 		}
 		s.fed = append(s.fed, tok)
 		res.DecodeTokens++
@@ -301,6 +329,38 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	res.Text = text.String()
 	res.PeakRSS = PeakRSS()
 	return res, interrupted
+}
+
+// topRequest returns the request for the top of each decode step's logits
+// (runtime.TopRequest: a device that selects it brings back a few
+// candidates instead of the whole vector) when sm draws its tokens from
+// such a top (Sampler.TopK) and nobody needs the whole logits (OnToken
+// sees them, e.g. for the server's logprobs); else nil. One request serves
+// the whole generation: Forward refills its C each step.
+func (s *Session) topRequest(sm *sample.Sampler, g GenOptions) *runtime.TopRequest {
+	if g.OnToken != nil {
+		return nil
+	}
+	k := sm.TopK(s.r.Model.Config.Vocab)
+	if k <= 0 {
+		return nil
+	}
+	return &runtime.TopRequest{K: k, Accept: func(c *nn.TopLogits) bool {
+		return sm.AcceptsTop(c.IDs, c.Logits, c.N)
+	}}
+}
+
+// sampleTop draws the next token from a selected top. Accept let Forward
+// give up the logits only when sm.AcceptsTop, which is SampleTop's own
+// check on the same candidates, so SampleTop always draws; were it to
+// decline, the whole logits are gone and no token can be drawn as Sample
+// would: an error, never a different token.
+func sampleTop(sm *sample.Sampler, c *nn.TopLogits) (int, error) {
+	tok, ok, err := sm.SampleTop(c.IDs, c.Logits, c.N)
+	if err == nil && !ok {
+		err = fmt.Errorf("generate: the sampler declined the top %d of the logits it accepted (%d candidates)", c.K, len(c.IDs))
+	}
+	return tok, err
 }
 
 // ChatOptions control one conversation turn.

@@ -236,3 +236,55 @@ func FuzzScanTopK32(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSampleTop: drawing from the top of the logits (nn.SelectTopRef, as a
+// device selects it) with SampleTop gives Sample's tokens on the whole
+// vector, bit for bit, over three steps, for any logits (ties, NaN, ±Inf,
+// ±0, the largest and smallest magnitudes), top-k, temperature (greedy
+// included), top-p, min-p, seed and surplus of candidates (a device may
+// bring back more than asked for).
+func FuzzSampleTop(f *testing.F) {
+	f.Fuzz(func(t *testing.T, raw []byte, k, temp, filters uint8, seed uint64) {
+		if len(raw) == 0 || len(raw) > 4096 {
+			return
+		}
+		logits := make([]float32, len(raw))
+		for i, b := range raw {
+			switch b {
+			case 255:
+				logits[i] = float32(math.Inf(-1))
+			case 254:
+				logits[i] = float32(math.NaN())
+			case 253:
+				logits[i] = float32(math.Inf(1))
+			case 252:
+				logits[i] = math.MaxFloat32
+			case 251:
+				logits[i] = float32(math.Copysign(0, -1))
+			case 250:
+				logits[i] = math.SmallestNonzeroFloat32
+			default:
+				logits[i] = float32(int(b%32)-16) / 4
+			}
+		}
+		// temp 0 is greedy; else from 2^-880 (every quotient overflows)
+		// to 2^770.
+		T := 0.0
+		if temp != 0 {
+			T = math.Ldexp(float64(temp&15+1)/8, (int(temp>>4)-8)*110)
+		}
+		p := Params{
+			Temperature: T,
+			TopK:        int(k),
+			TopP:        [4]float64{0, 0.5, 0.95, 0.2}[filters&3],
+			MinP:        [4]float64{0, 0.05, 0.3, 1}[filters>>2&3],
+			Seed:        seed,
+		}
+		// Three steps: the logits, rotated, reversed.
+		n := len(logits)
+		rot := append(slices.Clone(logits[int(seed%uint64(n)):]), logits[:int(seed%uint64(n))]...)
+		rev := slices.Clone(logits)
+		slices.Reverse(rev)
+		topDraws(t, p, [][]float32{logits, rot, rev}, int(filters>>4))
+	})
+}

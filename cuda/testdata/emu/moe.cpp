@@ -1,10 +1,10 @@
 // Runs one kernel of kernels/22_moe.cu (over 20_gemv.cu's row products) on
 // the CPU (see prelude.h).
 //   moe KERNEL GX GY IMAGE OUT
-// IMAGE: the 104-byte MoEParams block whose 8 pointers are byte offsets
+// IMAGE: the 112-byte MoEParams block whose 9 pointers are byte offsets
 // into the memory that follows (~0: null), then uint64 n and n bytes of
-// memory. The table's E·9 entries (offsets too) are made addresses before
-// the run. OUT: the memory after the run.
+// memory. The table's E·9 entries and the shared expert's 9 (offsets too)
+// are made addresses before the run. OUT: the memory after the run.
 #include "prelude.h"
 // From internal/gpukernels/50_elementwise.qk (that file's kernels are not
 // emulated here; layer_moe_emu_test.go checks the value).
@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
     if (!f) {
         return 2;
     }
-    static_assert(sizeof(MoEParams) == 104, "MoEParams");
-    ulong raw[13];
+    static_assert(sizeof(MoEParams) == 112, "MoEParams");
+    ulong raw[14];
     ulong n = 0;
-    if (fread(raw, 8, 13, f) != 13 || fread(&n, 8, 1, f) != 1) {
+    if (fread(raw, 8, 14, f) != 14 || fread(&n, 8, 1, f) != 1) {
         return 2;
     }
     // 16-byte aligned memory with 64 spare bytes (never read).
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     fclose(f);
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         if (raw[i] == ~0ul) {
             raw[i] = 0;
         } else if (raw[i] >= n) {
@@ -65,17 +65,23 @@ int main(int argc, char** argv) {
     }
     MoEParams p;
     memcpy(&p, raw, sizeof p);
-    ulong* table = (ulong*)p.table;
-    for (ulong i = 0; i < ulong(p.E) * 9; i++) {
-        if (table[i] >= n) {
-            fprintf(stderr, "table entry %lu past the memory\n", i);
-            return 2;
+    // The tables' entries: the routed experts' E·9, the shared expert's 9.
+    ulong* tables[2] = {(ulong*)p.table, (ulong*)p.shared};
+    ulong entries[2] = {ulong(p.E) * 9, p.shared ? 9ul : 0ul};
+    for (int t = 0; t < 2; t++) {
+        for (ulong i = 0; i < entries[t]; i++) {
+            if (tables[t][i] >= n) {
+                fprintf(stderr, "table %d entry %lu past the memory\n", t, i);
+                return 2;
+            }
+            tables[t][i] = ulong(uintptr_t(mem + tables[t][i]));
         }
-        table[i] = ulong(uintptr_t(mem + table[i]));
     }
     qp_emu_run(kern, p, gx, gy);
-    for (ulong i = 0; i < ulong(p.E) * 9; i++) {
-        table[i] -= ulong(uintptr_t(mem));
+    for (int t = 0; t < 2; t++) {
+        for (ulong i = 0; i < entries[t]; i++) {
+            tables[t][i] -= ulong(uintptr_t(mem));
+        }
     }
     FILE* o = fopen(argv[5], "wb");
     if (!o || (n && fwrite(mem, 1, n, o) != n) || fclose(o)) {

@@ -120,6 +120,11 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	if m.softcap > 0 {
 		dev.Softcap(out, m.softcap, n*c.Vocab)
 	}
+	// The final logits: the device may select their top instead of
+	// bringing them all back (ForwardOptions.Top).
+	if done, err := opt.SelectTop(dev, out, c.Vocab); done || err != nil {
+		return nil, err
+	}
 	logits = opt.LogitsBuffer(n * c.Vocab)
 	if err := dev.Read(logits, out); err != nil {
 		return nil, err

@@ -113,6 +113,11 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	}
 	out := dev.Temp(n * c.Vocab)
 	dev.MatMul(b.M(&m.head), out, normed, n)
+	// The final logits: the device may select their top instead of
+	// bringing them all back (ForwardOptions.Top).
+	if done, err := opt.SelectTop(dev, out, c.Vocab); done || err != nil {
+		return nil, err
+	}
 	logits = opt.LogitsBuffer(n * c.Vocab)
 	if err := dev.Read(logits, out); err != nil {
 		return nil, err

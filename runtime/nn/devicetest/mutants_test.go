@@ -35,6 +35,25 @@ var mutants = map[string]mutant{
 	"gather-rows-off":    {func() nn.Device { return rowsOff{} }, "GatherScatterRows"},
 	"addnorm-before-add": {func() nn.Device { return normFirst{} }, "AddRMSNorm"},
 	"matmuls-drop-last":  {func() nn.Device { return dropLast{} }, "MatMuls"},
+	"select-drops-ties":  {func() nn.Device { return selectAbove{} }, "SelectTop"},
+}
+
+// selectAbove implements nn.TopSelector wrongly: ids above the k-th
+// largest only, its ties dropped.
+type selectAbove struct{ nn.HostDevice }
+
+func (d selectAbove) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) {
+	if !nn.SelectTopRef(c, nn.F32(x)[:n], k, 0) {
+		return false, nil
+	}
+	ids, logits := c.IDs[:0], c.Logits[:0]
+	for j, v := range c.Logits {
+		if v > c.Th {
+			ids, logits = append(ids, c.IDs[j]), append(logits, v)
+		}
+	}
+	c.IDs, c.Logits = ids, logits
+	return true, nil
 }
 
 // normFirst implements nn.ResidualNormer wrongly: the norm of x before the

@@ -43,6 +43,7 @@ func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	run("AddGated", testAddGated)
 	run("Combine", testCombine)
 	run("Route", testRoute)
+	run("SelectTop", testSelectTop)
 	run("Expert", testExpert)
 	run("RoutedExperts", testRoutedExperts)
 	run("GroupedExperts", testGroupedExperts)

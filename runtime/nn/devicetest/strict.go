@@ -46,8 +46,9 @@ type Strict struct {
 
 	lazyExperts bool // a broken device for the suite's own tests: Expert keeps w's bytes
 
-	// Ops, Waits and Passes count queued operations, waits and EndPasses.
-	Ops, Waits, Passes int
+	// Ops, Waits and Passes count queued operations, waits and EndPasses;
+	// Selections the SelectTops that read their vector.
+	Ops, Waits, Passes, Selections int
 }
 
 // NewStrict returns a strict device over be's products (nil: CPU).
@@ -278,6 +279,26 @@ func (d *Strict) Read(dst []float32, src nn.Tensor) error {
 		return d.err
 	}
 	return d.host.Read(dst, S)
+}
+
+// SelectTop implements nn.TopSelector with nn.SelectTopRef: a wait, as
+// Read.
+func (d *Strict) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) {
+	d.enter()
+	defer d.exit()
+	c.Reset()
+	X := d.h("SelectTop", x, n)
+	d.run()
+	d.Waits++
+	if d.err != nil {
+		return false, d.err
+	}
+	v := make([]float32, n)
+	if err := d.host.Read(v, X); err != nil {
+		return false, err
+	}
+	d.Selections++
+	return nn.SelectTopRef(c, v, k, 0), nil
 }
 
 // Copy implements nn.Device.

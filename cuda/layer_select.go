@@ -1,0 +1,82 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/qpack-go/qpack/internal/gpukernels"
+	"github.com/qpack-go/qpack/runtime/nn"
+)
+
+// SelectTop implements nn.TopSelector: the select kernels over x[:n], then
+// one download of the threshold, the chunks' counts and their candidates
+// (a wait). The result is checked before use: ids ascending and below n,
+// values neither NaN nor below the threshold, at least k of them; a device
+// that breaks that fails the pass, it never yields a token.
+func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) {
+	c.Reset()
+	ok := l.lock()
+	defer l.unlock()
+	if !ok {
+		return false, l.err
+	}
+	if !gpukernels.SelectFits(n, k) {
+		return false, nil
+	}
+	if !l.kernels { // the host path: the vector, then the reference
+		v := make([]float32, n)
+		if err := l.download(f32b(v), addr(x, n)); err != nil {
+			l.fail("SelectTop", err)
+			return false, l.err
+		}
+		return nn.SelectTopRef(c, v, k, 0), nil
+	}
+	G, limit := gpukernels.SelectChunks(n), k+gpukernels.SelSlack
+	xp := addr(x, n)
+	part, err := l.scratch(4 * int64(G*k))
+	if err != nil {
+		l.fail("SelectTop", err)
+		return false, l.err
+	}
+	size := 4 * (1 + G + 2*G*limit)
+	out, err := l.scratch(int64(size))
+	if err != nil {
+		l.fail("SelectTop", err)
+		return false, l.err
+	}
+	if !l.kernel("SelectTop", l.b.kSelectTop(out, xp, part, n, k, limit)) || l.err != nil {
+		return false, l.err
+	}
+	if cap(l.selBuf) < size {
+		l.selBuf = make([]byte, size)
+	}
+	buf := l.selBuf[:size]
+	if err := l.download(buf, out); err != nil {
+		l.fail("SelectTop", err)
+		return false, l.err
+	}
+	ok, err = parseSelection(c, buf, n, k, G, limit)
+	if err != nil {
+		l.fail("SelectTop", err)
+		return false, l.err
+	}
+	return ok, nil
+}
+
+// parseSelection reads the select kernels' results (selectLayout's order,
+// little-endian) and checks them (gpukernels.Selection.Parse).
+func parseSelection(c *nn.TopLogits, buf []byte, n, k, G, limit int) (bool, error) {
+	i32 := func(i int) int32 { return int32(binary.LittleEndian.Uint32(buf[4*i:])) }
+	s := gpukernels.Selection{N: n, K: k, Limit: limit, Th: math.Float32frombits(binary.LittleEndian.Uint32(buf)),
+		Count: make([]int32, G), IDs: make([]int32, G*limit), Vals: make([]float32, G*limit)}
+	for g := range G {
+		s.Count[g] = i32(1 + g)
+	}
+	for j := range G * limit {
+		s.IDs[j] = i32(1 + G + j)
+		s.Vals[j] = math.Float32frombits(uint32(i32(1 + G + G*limit + j)))
+	}
+	return s.Parse(c)
+}
+
+var _ nn.TopSelector = (*Layer)(nil)
