@@ -57,8 +57,11 @@ type Backend struct {
 	// dnCols: which chunks' DeltaNet recurrence splits a head's columns
 	// over groups (QPACK_CUDA_DN_COLS).
 	dnCols dnColsPolicy
-	err    error
-	closed bool
+	// selectMin: the fewest logits a decode step selects the top of on
+	// the device (Layer.SelectsTop, QPACK_CUDA_SELECT_MIN).
+	selectMin int
+	err       error
+	closed    bool
 
 	layer       *Layer // the whole-layer device (layer.go), made on first use
 	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)
@@ -137,7 +140,8 @@ func newBackend(dev device) (*Backend, error) {
 		version += " with " + defs
 	}
 	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0",
-		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv))}
+		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
+		selectMin: selectMinFor(os.Getenv(selectMinEnv))}
 	b.dev = dev
 	if b.prof == nil {
 		b.dev = withRecorder(dev, &b.stats)

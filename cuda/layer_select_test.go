@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/qpack-go/qpack/internal/gpukernels"
+	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
 
@@ -218,4 +219,59 @@ func FuzzParseSelection(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The Layer's policy (SelectsTop): from 65,536 logits by default, any count
+// with QPACK_CUDA_SELECT_MIN=0, never past the kernels' limits; and a decode
+// step's Forward over the Layer (the fake device's kernels) selects exactly
+// the top of the CPU backend's logits when it may, and reads the logits when
+// the policy says no.
+func TestLayerSelectsTopFake(t *testing.T) {
+	for s, want := range map[string]int{"": selectMinDefault, "0": 0, "100000": 100000, "-1": selectMinDefault, "x": selectMinDefault} {
+		if got := selectMinFor(s); got != want {
+			t.Errorf("selectMinFor(%q) = %d, want %d", s, got, want)
+		}
+	}
+	b, _ := fakeBackend(t)
+	l := b.Layer()
+	for _, c := range []struct {
+		min, n, k int
+		want      bool
+	}{{selectMinDefault, 32768, 64, false}, {selectMinDefault, 65536, 64, true}, {selectMinDefault, 248320, 64, true},
+		{selectMinDefault, 300000, 64, false}, {0, 100, 1, true}, {0, 100, 0, false}} {
+		b.selectMin = c.min
+		if got := l.SelectsTop(c.n, c.k); got != c.want {
+			t.Errorf("min %d: SelectsTop(%d, %d) = %v", c.min, c.n, c.k, got)
+		}
+	}
+	name := tinyModels(t)[0]
+	ref, m := loadBoth(t, name, b)
+	V := m.Config.Vocab
+	for _, min := range []int{0, V + 1} {
+		b.selectMin = min
+		rs, st := ref.NewState(), m.NewState()
+		prompt := []int{3, 1, 4, 1, 5}
+		want, err := ref.Forward(rs, prompt, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &runtime.TopRequest{K: 5}
+		got, err := m.Forward(st, prompt, &runtime.ForwardOptions{Top: req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c nn.TopLogits
+		if !nn.SelectTopRef(&c, want, 5, 0) {
+			t.Fatal("the reference declines")
+		}
+		if min > 0 {
+			if got == nil || req.C.N != 0 || maxDiff(got, want) != 0 {
+				t.Fatalf("%s, select from %d logits: a vocabulary of %d must read the logits (got %d, C.N %d)", name, min, V, len(got), req.C.N)
+			}
+			continue
+		}
+		if got != nil || !slices.Equal(req.C.IDs, c.IDs) || !slices.Equal(req.C.Logits, c.Logits) || req.C.N != V {
+			t.Fatalf("%s: selected %v %v (N %d, logits %d), the CPU's top is %v %v", name, req.C.IDs, req.C.Logits, req.C.N, len(got), c.IDs, c.Logits)
+		}
+	}
 }

@@ -450,4 +450,9 @@ func (d *Device) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error)
 	return nn.SelectTopRef(c, host(x)[:n], k, 0), d.err
 }
 
+// SelectsTop implements nn.TopSelector: wherever the select kernels take
+// the shape (not measured on a Mac: the logits are in shared memory there,
+// so only the host's scan is saved).
+func (d *Device) SelectsTop(n, k int) bool { return gpukernels.SelectFits(n, k) }
+
 var _ nn.TopSelector = (*Device)(nil)

@@ -104,7 +104,7 @@ func (o *ForwardOptions) SelectTop(dev nn.Device, out nn.Tensor, vocab int) (don
 		return false, nil
 	}
 	sel, ok := dev.(nn.TopSelector)
-	if !ok {
+	if !ok || !sel.SelectsTop(vocab, o.Top.K) {
 		return false, nil
 	}
 	r := o.Top

@@ -128,9 +128,10 @@ func TestForwardTop(t *testing.T) {
 				{"too many ties for the device", runtime.ForwardOptions{Top: &runtime.TopRequest{K: k}}, 1, func() { d.Limit = k - 1 }},
 				{"k 0", runtime.ForwardOptions{Top: &runtime.TopRequest{K: 0}}, 0, nil},
 				{"all logits", runtime.ForwardOptions{Top: &runtime.TopRequest{K: k}, AllLogits: true}, 0, nil},
+				{"selecting does not pay", runtime.ForwardOptions{Top: &runtime.TopRequest{K: k}}, 0, func() { d.Pays = func(n, kk int) bool { return n != V || kk != k } }},
 			} {
 				d.ResetCounts()
-				d.Decline, d.Limit = nil, 0
+				d.Decline, d.Limit, d.Pays = nil, 0, nil
 				if f.setup != nil {
 					f.setup()
 				}
@@ -144,7 +145,7 @@ func TestForwardTop(t *testing.T) {
 					t.Fatalf("%s: %v, logits equal %v, %d SelectTop calls (want %d), C %+v", f.name, err, sameFloats(got, w), d.Calls, f.calls, f.opt.Top.C)
 				}
 			}
-			d.Decline, d.Limit = nil, 0
+			d.Decline, d.Limit, d.Pays = nil, 0, nil
 			d.ResetCounts()
 			if got, err := m.Forward(m.NewState(), testTokens, &runtime.ForwardOptions{NoLogits: true, Top: &runtime.TopRequest{K: k}}); got != nil || err != nil || d.Calls != 0 {
 				t.Fatalf("NoLogits with Top: %d logits, %v, %d calls", len(got), err, d.Calls)

@@ -15,7 +15,7 @@ OUT=/tmp/rec/cli timeout 60 bash .devcarry-backendcli/device.sh >/tmp/rec/cli.tx
 echo "cli done at $(el) s" >>/tmp/rec/times.txt
 tar -C /tmp -czf "$O/rec.tgz" rec
 for v in 248320 32768; do
-	OUT=/tmp/ab B=.devcarry-dngpu VARIANTS="sel:gpu-sel dn:gpu" DIMS=35b VOCABS=$v ROUNDS=1 TOKENS=256 timeout 90 sh bench/gpu/ab.sh >>/tmp/ab/ab.txt 2>&1
+	OUT=/tmp/ab B=.devcarry-dngpu VARIANTS="bitwise:gpu-sel:QPACK_CUDA_SELECT_MIN=0 bitonic:gpu:QPACK_CUDA_SELECT_MIN=0 off:gpu:QPACK_CUDA_SELECT_MIN=1000000000" DIMS=35b VOCABS=$v ROUNDS=1 TOKENS=256 timeout 90 sh bench/gpu/ab.sh >>/tmp/ab/ab.txt 2>&1
 	echo "ab $v done at $(el) s" >>/tmp/rec/times.txt
 	cp /tmp/rec/times.txt /tmp/ab/
 	tar -C /tmp -czf "$O/ab.tgz" ab

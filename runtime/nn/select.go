@@ -46,6 +46,12 @@ type TopSelector interface {
 	// Every selector takes k <= TopSelectK over n <= TopSelectN logits and
 	// brings back k+TopSelectSlack ids or more.
 	SelectTop(c *TopLogits, x Tensor, n, k int) (bool, error)
+	// SelectsTop reports whether a decode step should ask SelectTop for
+	// the top k of n logits rather than read them: the device takes them
+	// and selecting costs it less than the download and the host's scan
+	// (runtime.ForwardOptions.SelectTop asks it each step). It is policy
+	// only: SelectTop takes every n and k of its range either way.
+	SelectsTop(n, k int) bool
 }
 
 // SelectTopRef is TopSelector's reference on the host: it fills c with

@@ -28,6 +28,8 @@ type Device struct {
 	Err error
 	// BadN, if set, is written as the selection's N (a broken device).
 	BadN int
+	// Pays, if set, is SelectsTop's answer (nil: always true).
+	Pays func(n, k int) bool
 
 	Calls    int              // SelectTop calls
 	Selected int              // of them, the ones that selected
@@ -74,6 +76,9 @@ func (d *Device) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error)
 	d.Selected++
 	return true, nil
 }
+
+// SelectsTop implements nn.TopSelector: Pays's answer, else true.
+func (d *Device) SelectsTop(n, k int) bool { return d.Pays == nil || d.Pays(n, k) }
 
 // ResetCounts zeroes the counters and forgets the reads.
 func (d *Device) ResetCounts() {

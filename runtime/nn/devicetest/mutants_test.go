@@ -42,6 +42,8 @@ var mutants = map[string]mutant{
 // largest only, its ties dropped.
 type selectAbove struct{ nn.HostDevice }
 
+func (d selectAbove) SelectsTop(n, k int) bool { return true }
+
 func (d selectAbove) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) {
 	if !nn.SelectTopRef(c, nn.F32(x)[:n], k, 0) {
 		return false, nil

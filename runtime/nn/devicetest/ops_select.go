@@ -22,7 +22,7 @@ func testSelectTop(t *testing.T, dev nn.Device, _ Tolerances) {
 		t.Skipf("%s selects on the host only (not an nn.TopSelector)", dev.Name())
 	}
 	r := rng(23)
-	for _, c := range []struct{ n, k int }{{1, 1}, {7, 3}, {300, 64}, {4096, 1}, {4097, 20}, {9000, 64}, {33000, 5}} {
+	for _, c := range []struct{ n, k int }{{1, 1}, {7, 3}, {300, 64}, {4096, 1}, {4097, 20}, {9000, 64}} {
 		for kind := range 5 {
 			what := fmt.Sprintf("n=%d k=%d kind %d", c.n, c.k, kind)
 			x := selectLogits(r, c.n, kind)

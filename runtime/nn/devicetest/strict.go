@@ -301,6 +301,9 @@ func (d *Strict) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error)
 	return nn.SelectTopRef(c, v, k, 0), nil
 }
 
+// SelectsTop implements nn.TopSelector: always.
+func (d *Strict) SelectsTop(n, k int) bool { return true }
+
 // Copy implements nn.Device.
 func (d *Strict) Copy(dst, src nn.Tensor) {
 	d.enter()
