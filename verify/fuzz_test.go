@@ -28,12 +28,7 @@ func FuzzManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(orig)
-	type truth struct {
-		size    int64
-		digest  string
-		experts []string
-	}
-	facts := map[string]truth{}
+	facts := map[string]manifestTruth{}
 	stride := fx.layout.ExpertStride
 	for p := range fx.manifest.Files {
 		data, err := os.ReadFile(filepath.Join(fx.dir, filepath.FromSlash(p)))
@@ -41,7 +36,7 @@ func FuzzManifest(f *testing.F) {
 			f.Fatal(err)
 		}
 		sum := blake3.Sum256(data)
-		tr := truth{size: int64(len(data)), digest: hex.EncodeToString(sum[:])}
+		tr := manifestTruth{size: int64(len(data)), digest: hex.EncodeToString(sum[:])}
 		if _, ok := parseLayerFile(p); ok {
 			for off := int64(0); off+stride <= int64(len(data)); off += stride {
 				s := blake3.Sum256(data[off : off+stride])
@@ -54,34 +49,58 @@ func FuzzManifest(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(fx.dir, qpack.ManifestName), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		r, _ := Verify(context.Background(), fx.dir, Options{Workers: 2, KeepCache: true, BlockSize: 64 << 10})
-		if r == nil {
-			t.Fatal("nil report")
+		// Both modes: by default layer files are vouched for by their
+		// expert digests alone and the report says their whole-file
+		// digests were not checked (LayerFileDigests false); Full checks
+		// those too.
+		for _, full := range []bool{false, true} {
+			checkManifestClaims(t, fx.dir, data, full, facts)
 		}
-		if r.Status != StatusOK {
-			return
+	})
+}
+
+// manifestTruth is what FuzzManifest hashed of a fixture file.
+type manifestTruth struct {
+	size    int64
+	digest  string
+	experts []string
+}
+
+// checkManifestClaims verifies dir (Full or not); when the report says
+// ok, every claim of the manifest the report covers must hold of the files.
+func checkManifestClaims(t *testing.T, dir string, data []byte, full bool, facts map[string]manifestTruth) {
+	t.Helper()
+	r, _ := Verify(context.Background(), dir, Options{Workers: 2, KeepCache: true, BlockSize: 64 << 10, Full: full})
+	if r == nil {
+		t.Fatal("nil report")
+	}
+	if r.Status != StatusOK {
+		return
+	}
+	m, err := qpack.ParseManifest(data)
+	if err != nil {
+		t.Fatalf("full %v: ok for a manifest that does not parse: %v", full, err)
+	}
+	if full && m.Ext != nil && !r.LayerFileDigests {
+		t.Fatalf("full: ok without checking the layer files' whole-file digests")
+	}
+	for p, size := range m.Files {
+		tr, ok := facts[p]
+		if !ok || tr.size != size {
+			t.Fatalf("full %v: ok, but %s is listed with %d bytes (file: %+v, exists %v)", full, p, size, tr, ok)
 		}
-		m, err := qpack.ParseManifest(data)
-		if err != nil {
-			t.Fatalf("ok for a manifest that does not parse: %v", err)
+		_, layer := parseLayerFile(p)
+		if m.Ext != nil && (!layer || r.LayerFileDigests) && m.Ext.FileDigests[p] != tr.digest {
+			t.Fatalf("full %v: ok, but %s has digest %s, manifest says %s", full, p, tr.digest, m.Ext.FileDigests[p])
 		}
-		for p, size := range m.Files {
-			tr, ok := facts[p]
-			if !ok || tr.size != size {
-				t.Fatalf("ok, but %s is listed with %d bytes (file: %+v, exists %v)", p, size, tr, ok)
-			}
-			if m.Ext != nil && m.Ext.FileDigests[p] != tr.digest {
-				t.Fatalf("ok, but %s has digest %s, manifest says %s", p, tr.digest, m.Ext.FileDigests[p])
-			}
-			if m.Ext != nil && tr.experts != nil {
-				for e, d := range m.Ext.ExpertDigests[p] {
-					if d != tr.experts[e] {
-						t.Fatalf("ok, but %s expert %d differs", p, e)
-					}
+		if m.Ext != nil && tr.experts != nil {
+			for e, d := range m.Ext.ExpertDigests[p] {
+				if d != tr.experts[e] {
+					t.Fatalf("full %v: ok, but %s expert %d differs", full, p, e)
 				}
 			}
 		}
-	})
+	}
 }
 
 // expertRE is an independent spelling of the expert-name rule, for
