@@ -38,7 +38,7 @@ type Layer struct {
 	// fromRegion: device copies of weights per Alloc region they came from
 	fromRegion map[*region][]devptr
 	kernels    bool            // ops run the layer kernels (else the host path)
-	selBuf     []byte          // SelectTop's download, kept between passes
+	selBuf     []int32         // SelectTop's download, kept between passes
 	refused    map[string]bool // ops a kernel refused a shape of (logged once)
 	// Routing on the device (layer_moe.go): the layers' expert tables,
 	// tables replaced since the streams were idle, the fault word (in

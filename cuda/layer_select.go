@@ -1,9 +1,10 @@
 package cuda
 
 import (
-	"encoding/binary"
+	"fmt"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -39,8 +40,8 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 		l.fail("SelectTop", err)
 		return false, l.err
 	}
-	size := 4 * (1 + G + 2*G*limit)
-	out, err := l.scratch(int64(size))
+	words := 1 + G + 2*G*limit
+	out, err := l.scratch(4 * int64(words))
 	if err != nil {
 		l.fail("SelectTop", err)
 		return false, l.err
@@ -48,11 +49,11 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 	if !l.kernel("SelectTop", l.b.kSelectTop(out, xp, part, n, k, limit)) || l.err != nil {
 		return false, l.err
 	}
-	if cap(l.selBuf) < size {
-		l.selBuf = make([]byte, size)
+	if cap(l.selBuf) < words {
+		l.selBuf = make([]int32, words)
 	}
-	buf := l.selBuf[:size]
-	if err := l.download(buf, out); err != nil {
+	buf := l.selBuf[:words]
+	if err := l.download(i32b(buf), out); err != nil {
 		l.fail("SelectTop", err)
 		return false, l.err
 	}
@@ -64,19 +65,17 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 	return ok, nil
 }
 
-// parseSelection reads the select kernels' results (selectLayout's order,
-// little-endian) and checks them (gpukernels.Selection.Parse).
-func parseSelection(c *nn.TopLogits, buf []byte, n, k, G, limit int) (bool, error) {
-	i32 := func(i int) int32 { return int32(binary.LittleEndian.Uint32(buf[4*i:])) }
-	s := gpukernels.Selection{N: n, K: k, Limit: limit, Th: math.Float32frombits(binary.LittleEndian.Uint32(buf)),
-		Count: make([]int32, G), IDs: make([]int32, G*limit), Vals: make([]float32, G*limit)}
-	for g := range G {
-		s.Count[g] = i32(1 + g)
+// parseSelection checks the select kernels' results, the 32-bit words
+// in selectLayout's order (gpukernels.Selection.Parse), reading them in
+// place.
+func parseSelection(c *nn.TopLogits, words []int32, n, k, G, limit int) (bool, error) {
+	if len(words) < 1+G+2*G*limit {
+		return false, fmt.Errorf("cuda: select: %d words for %d chunks of %d", len(words), G, limit)
 	}
-	for j := range G * limit {
-		s.IDs[j] = i32(1 + G + j)
-		s.Vals[j] = math.Float32frombits(uint32(i32(1 + G + G*limit + j)))
-	}
+	vals := words[1+G+G*limit : 1+G+2*G*limit]
+	s := gpukernels.Selection{N: n, K: k, Limit: limit, Th: math.Float32frombits(uint32(words[0])),
+		Count: words[1 : 1+G], IDs: words[1+G : 1+G+G*limit],
+		Vals: unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(vals))), len(vals))}
 	return s.Parse(c)
 }
 

@@ -11,47 +11,8 @@ import (
 	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/nn"
+	"github.com/qpack-go/qpack/runtime/nn/devicetest"
 )
-
-// selectVector is one of the logits vectors the selection tests use: kind
-// picks the values (0 spread, 1 few distinct values (ties), 2 NaN, ±Inf
-// and ±0 among them, 3 the largest values crowded into one chunk, 4 all
-// NaN or -Inf but a few).
-func selectVector(r *rand.Rand, n, kind int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		switch kind {
-		case 1:
-			x[i] = float32(r.IntN(4)) * 0.5
-		case 4:
-			x[i] = float32(math.Inf(-1))
-			if r.IntN(3) == 0 {
-				x[i] = float32(math.NaN())
-			}
-		default:
-			x[i] = float32(r.NormFloat64() * 4)
-		}
-	}
-	switch kind {
-	case 2:
-		for _, v := range []float64{math.NaN(), math.NaN(), math.Inf(-1), math.Inf(-1), math.Copysign(0, -1), 0, math.Copysign(0, -1)} {
-			x[r.IntN(n)] = float32(v)
-		}
-		if n > 50 {
-			x[r.IntN(n)] = float32(math.Inf(1))
-		}
-	case 3:
-		at := r.IntN(n)
-		for i := at; i < min(n, at+100); i++ {
-			x[i] = 40 + float32(r.NormFloat64())
-		}
-	case 4:
-		for range 5 {
-			x[r.IntN(n)] = float32(r.NormFloat64())
-		}
-	}
-	return x
-}
 
 // chunkCounts is how many ids of c fall in each chunk of gpukernels.SelChunk.
 func chunkCounts(c *nn.TopLogits, n int) []int {
@@ -98,8 +59,8 @@ func TestSelectTopKernelsCPU(t *testing.T) {
 	b, d := cpuBackend(t)
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, c := range []struct{ n, k int }{{1, 1}, {5, 3}, {300, 64}, {4095, 1}, {4096, 64}, {4097, 20}, {12289, 64}, {40000, 1}, {40000, 200}} {
-		for kind := range 5 {
-			x := selectVector(r, c.n, kind)
+		for kind := range devicetest.SelectKinds {
+			x := devicetest.SelectLogits(r, c.n, kind)
 			what := fmt.Sprintf("n=%d k=%d kind %d", c.n, c.k, kind)
 			if !gpukernels.SelectFits(c.n, c.k) {
 				t.Fatalf("%s: the case does not fit the kernels", what)
@@ -112,7 +73,7 @@ func TestSelectTopKernelsCPU(t *testing.T) {
 				t.Fatalf("%s: %v", what, err)
 			}
 			var got nn.TopLogits
-			ok, err := parseSelection(&got, d.at(out, 4*size), c.n, c.k, G, limit)
+			ok, err := parseSelection(&got, wordsOf(d.at(out, 4*size)), c.n, c.k, G, limit)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -128,6 +89,15 @@ func TestSelectTopKernelsCPU(t *testing.T) {
 			t.Errorf("n %d k %d limit %d: accepted", c.n, c.k, c.limit)
 		}
 	}
+}
+
+// wordsOf reads little-endian 32-bit words (the device's download).
+func wordsOf(b []byte) []int32 {
+	w := make([]int32, len(b)/4)
+	for i := range w {
+		w[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return w
 }
 
 // selectionBuf lays out a selection's results as the kernels write them.
@@ -157,7 +127,7 @@ func TestParseSelection(t *testing.T) {
 	}
 	th, cnt, ids, vals := good()
 	var c nn.TopLogits
-	ok, err := parseSelection(&c, selectionBuf(th, cnt, ids, vals, limit), n, k, 2, limit)
+	ok, err := parseSelection(&c, wordsOf(selectionBuf(th, cnt, ids, vals, limit)), n, k, 2, limit)
 	if err != nil || !ok || !slices.Equal(c.IDs, []int32{10, 20, 4100}) || !slices.Equal(c.Logits, []float32{2, 5, 7}) || c.Th != 2 || c.K != k || c.N != n {
 		t.Fatalf("a good selection: %v %v %+v", ok, err, c)
 	}
@@ -167,7 +137,7 @@ func TestParseSelection(t *testing.T) {
 		"ties past the region": selectionBuf(th, []int{5, 1}, ids, vals, limit),
 	} {
 		c.Reset()
-		if ok, err := parseSelection(&c, buf, n, k, 2, limit); ok || err != nil {
+		if ok, err := parseSelection(&c, wordsOf(buf), n, k, 2, limit); ok || err != nil {
 			t.Errorf("%s: %v %v, want declined", name, ok, err)
 		}
 	}
@@ -187,7 +157,7 @@ func TestParseSelection(t *testing.T) {
 		th, cnt, ids, vals := good()
 		mutate(&th, cnt, ids, vals)
 		c.Reset()
-		if ok, err := parseSelection(&c, selectionBuf(th, cnt, ids, vals, limit), n, k, 2, limit); err == nil {
+		if ok, err := parseSelection(&c, wordsOf(selectionBuf(th, cnt, ids, vals, limit)), n, k, 2, limit); err == nil {
 			t.Errorf("%s: accepted (%v, %v)", name, ok, c.IDs)
 		}
 	}
@@ -206,7 +176,7 @@ func FuzzParseSelection(f *testing.F) {
 		buf := make([]byte, size)
 		copy(buf, data)
 		var c nn.TopLogits
-		ok, err := parseSelection(&c, buf, n, k, G, limit)
+		ok, err := parseSelection(&c, wordsOf(buf), n, k, G, limit)
 		if err != nil || !ok {
 			return
 		}

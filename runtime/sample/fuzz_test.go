@@ -191,23 +191,8 @@ func FuzzScanTopK32(f *testing.F) {
 		if len(raw) == 0 || len(raw) > 4096 {
 			return
 		}
-		logits := make([]float32, len(raw))
-		for i, b := range raw {
-			switch b {
-			case 255:
-				logits[i] = float32(math.Inf(-1))
-			case 254:
-				logits[i] = float32(math.NaN())
-			case 253:
-				logits[i] = float32(math.Inf(1))
-			case 252:
-				logits[i] = math.MaxFloat32
-			default:
-				logits[i] = float32(int(b%32)-16) / 4
-			}
-		}
-		// Temperatures from 2^-880 (every quotient overflows) to 2^770.
-		T := math.Ldexp(float64(temp&15+1)/8, (int(temp>>4)-8)*110)
+		logits := fuzzLogits(raw)
+		T := fuzzTemperature(temp)
 		s, err := New(Params{Temperature: T, TopK: int(k)})
 		if err != nil {
 			return
@@ -248,30 +233,10 @@ func FuzzSampleTop(f *testing.F) {
 		if len(raw) == 0 || len(raw) > 4096 {
 			return
 		}
-		logits := make([]float32, len(raw))
-		for i, b := range raw {
-			switch b {
-			case 255:
-				logits[i] = float32(math.Inf(-1))
-			case 254:
-				logits[i] = float32(math.NaN())
-			case 253:
-				logits[i] = float32(math.Inf(1))
-			case 252:
-				logits[i] = math.MaxFloat32
-			case 251:
-				logits[i] = float32(math.Copysign(0, -1))
-			case 250:
-				logits[i] = math.SmallestNonzeroFloat32
-			default:
-				logits[i] = float32(int(b%32)-16) / 4
-			}
-		}
-		// temp 0 is greedy; else from 2^-880 (every quotient overflows)
-		// to 2^770.
-		T := 0.0
+		logits := fuzzLogits(raw)
+		T := 0.0 // temp 0 is greedy
 		if temp != 0 {
-			T = math.Ldexp(float64(temp&15+1)/8, (int(temp>>4)-8)*110)
+			T = fuzzTemperature(temp)
 		}
 		p := Params{
 			Temperature: T,
@@ -287,4 +252,36 @@ func FuzzSampleTop(f *testing.F) {
 		slices.Reverse(rev)
 		topDraws(t, p, [][]float32{logits, rot, rev}, int(filters>>4))
 	})
+}
+
+// fuzzLogits decodes fuzz bytes as logits: small multiples of 1/4 with
+// many ties, and special values (255 -Inf, 254 NaN, 253 +Inf, 252 the
+// largest float, 251 -0, 250 the smallest subnormal).
+func fuzzLogits(raw []byte) []float32 {
+	logits := make([]float32, len(raw))
+	for i, b := range raw {
+		switch b {
+		case 255:
+			logits[i] = float32(math.Inf(-1))
+		case 254:
+			logits[i] = float32(math.NaN())
+		case 253:
+			logits[i] = float32(math.Inf(1))
+		case 252:
+			logits[i] = math.MaxFloat32
+		case 251:
+			logits[i] = float32(math.Copysign(0, -1))
+		case 250:
+			logits[i] = math.SmallestNonzeroFloat32
+		default:
+			logits[i] = float32(int(b%32)-16) / 4
+		}
+	}
+	return logits
+}
+
+// fuzzTemperature decodes a fuzz byte as a temperature from 2^-880 (every
+// quotient overflows) to 2^770.
+func fuzzTemperature(temp uint8) float64 {
+	return math.Ldexp(float64(temp&15+1)/8, (int(temp>>4)-8)*110)
 }

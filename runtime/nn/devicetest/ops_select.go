@@ -23,9 +23,9 @@ func testSelectTop(t *testing.T, dev nn.Device, _ Tolerances) {
 	}
 	r := rng(23)
 	for _, c := range []struct{ n, k int }{{1, 1}, {7, 3}, {300, 64}, {4096, 1}, {4097, 20}, {9000, 64}} {
-		for kind := range 5 {
+		for kind := range SelectKinds {
 			what := fmt.Sprintf("n=%d k=%d kind %d", c.n, c.k, kind)
-			x := selectLogits(r, c.n, kind)
+			x := SelectLogits(r, c.n, kind)
 			xt := put(dev, x)
 			var got nn.TopLogits
 			ok, err := sel.SelectTop(&got, xt, c.n, c.k)
@@ -52,10 +52,14 @@ func testSelectTop(t *testing.T, dev nn.Device, _ Tolerances) {
 	}
 }
 
-// selectLogits returns n logits of a kind: 0 spread, 1 four distinct
+// SelectKinds is the number of kinds SelectLogits makes.
+const SelectKinds = 5
+
+// SelectLogits returns n logits of a kind: 0 spread, 1 four distinct
 // values (ties), 2 spread with NaN, ±Inf and ±0 among them, 3 the largest
-// crowded into 100 neighbours, 4 NaN and -Inf but five.
-func selectLogits(r *rand.Rand, n, kind int) []float32 {
+// crowded into 100 neighbours, 4 NaN and -Inf but five. (The selection
+// tests of every backend draw from it.)
+func SelectLogits(r *rand.Rand, n, kind int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
 		switch kind {
