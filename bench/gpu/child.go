@@ -113,7 +113,8 @@ func allExperts(model string) (int64, error) {
 
 // measure runs a decode (streamed: small caches; resident: every expert in
 // the host cache and the device cache, warmed) or a prefill (every expert
-// in memory).
+// in memory; prefill-streamed: through the small caches, cold, as a user
+// whose RAM holds a few percent of the experts prefills a prompt).
 func measure(step, model string, be runtime.Backend, c config, mode expertcache.IOMode, res *stepResult) error {
 	all, err := allExperts(model)
 	if err != nil {
@@ -121,7 +122,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	}
 	// At least a byte each: a zero budget means "the default" to both caches.
 	host, dev := max(int64(float64(all)*c.HostCache/100), 1), max(int64(float64(all)*c.DeviceCache/100), 1)
-	resident := step != "decode"
+	resident := step != "decode" && step != "prefill-streamed"
 	if resident {
 		host, dev = all+all/8, all+all/8 // room for every expert, and some slack
 	}
@@ -178,7 +179,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 		res.LaunchesPerToken = float64(c1.Launches-c0.Launches) / n
 		res.RoutedPerToken = float64(c1.RoutedLayers-c0.RoutedLayers) / n
 	}()
-	if step == "prefill" {
+	if step == "prefill" || step == "prefill-streamed" {
 		before := r.Cache.Stats()
 		stop, err := cpuProfile(step)
 		if err != nil {

@@ -74,7 +74,7 @@ type config struct {
 
 func main() {
 	var c config
-	child := flag.String("child", "", "internal: run one step (write, gpuinfo, decode, resident, prefill) in this process")
+	child := flag.String("child", "", "internal: run one step (write, gpuinfo, decode, resident, prefill, prefill-streamed) in this process")
 	model := flag.String("model", "", "internal: the container")
 	backend := flag.String("backend", "cpu", "internal: the step's backend (cpu or cuda)")
 	flag.StringVar(&c.Dims, "dims", "35b", "per-layer dims: 35b (Qwen3.6-35B-A3B) or 80b (Qwen3-Next-80B-A3B); toy for tests")
