@@ -108,9 +108,8 @@ func (l *launchLog) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 }
 
 // kDeltaNet takes deltanet_rec_cols and deltanet_out for heads up to 128 x
-// 128 in chunks of up to dnColsMaxT tokens (QPACK_CUDA_DN_COLS: 0 never,
-// all always), deltanet_rec_reg for other chunks of such heads, and
-// deltanet_rec beyond.
+// 128 in every chunk (QPACK_CUDA_DN_COLS: 0 never, N in chunks of up to N
+// tokens, deltanet_rec_reg for the others), and deltanet_rec beyond.
 func TestDeltaNetRecChoice(t *testing.T) {
 	_, d := cpuBackend(t)
 	l := &launchLog{cpuDev: d}
@@ -124,9 +123,11 @@ func TestDeltaNetRecChoice(t *testing.T) {
 		T, dk, dv int
 		want      string
 	}{
-		{"", 1, 128, 128, cols}, {"", 1, 24, 40, cols}, {"", dnColsMaxT, 128, 128, cols},
-		{"", dnColsMaxT + 1, 128, 128, "deltanet_rec_reg"}, {"", 1, 129, 16, "deltanet_rec"}, {"", 1, 16, 256, "deltanet_rec"},
-		{"0", 1, 128, 128, "deltanet_rec_reg"}, {"all", 40, 128, 128, cols}, {"all", 40, 16, 256, "deltanet_rec"},
+		{"", 1, 128, 128, cols}, {"", 1, 24, 40, cols}, {"", 300, 128, 128, cols},
+		{"", 1, 129, 16, "deltanet_rec"}, {"", 1, 16, 256, "deltanet_rec"},
+		{"0", 1, 128, 128, "deltanet_rec_reg"}, {"0", 40, 128, 128, "deltanet_rec_reg"},
+		{"16", 16, 128, 128, cols}, {"16", 17, 128, 128, "deltanet_rec_reg"}, {"16", 17, 16, 256, "deltanet_rec"},
+		{"all", 40, 128, 128, cols}, {"all", 40, 16, 256, "deltanet_rec"}, {"-3", 40, 128, 128, cols},
 	} {
 		b.dnCols = dnColsFor(c.env)
 		C := 2*c.dk + c.dv

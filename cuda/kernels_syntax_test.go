@@ -29,6 +29,7 @@ __device__ float fmaxf(float, float);
 }
 __device__ inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 __device__ inline float __uint_as_float(unsigned u) { return __builtin_bit_cast(float, u); }
+__device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }
 __device__ inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }

@@ -81,10 +81,9 @@ func parseSelection(c *nn.TopLogits, words []int32, n, k, G, limit int) (bool, e
 
 // SelectsTop implements nn.TopSelector: from selectMinDefault logits on
 // (QPACK_CUDA_SELECT_MIN sets another bound, 0 always), where the kernels
-// take the shape. On the H100 the selection made the resident decode
-// 1.28-1.31x faster at 248,320 logits and 0.84-0.88x as fast at 32,768
-// (BENCHMARKS.md, tenth session): its sorts cost the GPU more than the
-// small download and scan they save.
+// take the shape. On the H100 (BENCHMARKS.md, eleventh session) the
+// selection made the resident decode 1.31x faster at 248,320 logits and
+// 1.05x at 32,768; the first kernels, which sorted, lost at 32,768.
 func (l *Layer) SelectsTop(n, k int) bool {
 	return n >= l.b.selectMin && gpukernels.SelectFits(n, k)
 }
@@ -92,10 +91,10 @@ func (l *Layer) SelectsTop(n, k int) bool {
 // selectMinEnv overrides selectMinDefault (a count of logits; 0: always).
 const selectMinEnv = "QPACK_CUDA_SELECT_MIN"
 
-// selectMinDefault: the selection pays at 248,320 logits and costs at
-// 32,768; nothing between has been measured, and every model qpack runs
-// has 151,936 or more.
-const selectMinDefault = 65536
+// selectMinDefault: the selection pays at 248,320 and at 32,768 logits;
+// nothing below has been measured (every model qpack runs has 151,936 or
+// more; the tiny test models download their few logits).
+const selectMinDefault = 32768
 
 // selectMinFor is selectMinEnv's value: a count of logits, or the default
 // for anything else.

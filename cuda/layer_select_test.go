@@ -191,7 +191,7 @@ func FuzzParseSelection(f *testing.F) {
 	})
 }
 
-// The Layer's policy (SelectsTop): from 65,536 logits by default, any count
+// The Layer's policy (SelectsTop): from 32,768 logits by default, any count
 // with QPACK_CUDA_SELECT_MIN=0, never past the kernels' limits; and a decode
 // step's Forward over the Layer (the fake device's kernels) selects exactly
 // the top of the CPU backend's logits when it may, and reads the logits when
@@ -207,7 +207,7 @@ func TestLayerSelectsTopFake(t *testing.T) {
 	for _, c := range []struct {
 		min, n, k int
 		want      bool
-	}{{selectMinDefault, 32768, 64, false}, {selectMinDefault, 65536, 64, true}, {selectMinDefault, 248320, 64, true},
+	}{{selectMinDefault, 32767, 64, false}, {selectMinDefault, 32768, 64, true}, {selectMinDefault, 248320, 64, true},
 		{selectMinDefault, 300000, 64, false}, {0, 100, 1, true}, {0, 100, 0, false}} {
 		b.selectMin = c.min
 		if got := l.SelectsTop(c.n, c.k); got != c.want {

@@ -157,25 +157,37 @@ func (i *backendInfo) String() string {
 	return i.Name
 }
 
-// gpuPrefillChunk is the prompt tokens per forward pass on a backend that
-// runs whole layers on a GPU, when --prefill-chunk is not given: with the
-// runner's default (128) each routed expert sees a few tokens of a chunk
-// and its products stay one vector at a time; at 1024 the experts' products
-// are batched (the tensor-core kernels) and the per-layer overhead is paid
-// once per 1024 tokens (bench/gpu: 4,096-token prefill at 35B dims 4.3k
-// tok/s in one chunk).
-const gpuPrefillChunk = 1024
+// gpuPrefillChunk is the prompt tokens per forward pass of generate and
+// chat on a backend that runs whole layers on a GPU, when --prefill-chunk
+// is not given. With the runner's default (128) each
+// routed expert sees a few tokens of a chunk and its products stay one
+// vector at a time; in larger chunks they are batched (the tensor-core
+// kernels), and a chunk reads nearly every expert of each layer once,
+// whatever its length, so with the experts streamed from disk a prompt's
+// reads fall with the chunk's length. bench/gpu on the H100 (35B dims, 8
+// layers, a 4,096-token prompt; BENCHMARKS.md, eleventh session): every
+// expert resident, 20.9k tok/s in one chunk against 16.0k in chunks of
+// 1,024; streamed through 5% caches, 1,875 tok/s (0.88 MB read a token)
+// against 527 (3.4 MB).
+const gpuPrefillChunk = 4096
 
-// prefillChunk is --prefill-chunk when given, else the default for be.
+// gpuServePrefillChunk is serve's: a session's state is saved at chunk
+// boundaries only (so that a resumed prompt's logits equal a cold run's),
+// and a conversation reuses the multiples of the chunk below its last
+// prompt, so the server keeps a finer grain.
+const gpuServePrefillChunk = 1024
+
+// prefillChunk is --prefill-chunk when given, else gpuDefault on a backend
+// that runs whole layers on a GPU, else the flag's default (the runner's).
 func prefillChunk(l interface {
 	IsSet(string) bool
 	Int(string) int
-}, be runtime.Backend) int {
+}, be runtime.Backend, gpuDefault int) int {
 	if l.IsSet("prefill-chunk") {
 		return l.Int("prefill-chunk")
 	}
 	if d, ok := be.(nn.Layered); ok && d.LayerDevice() != nil {
-		return gpuPrefillChunk
+		return gpuDefault
 	}
 	return l.Int("prefill-chunk")
 }

@@ -105,17 +105,23 @@ func (f chunkFlags) IsSet(string) bool { return f.set }
 func (f chunkFlags) Int(string) int    { return f.n }
 
 // Without --prefill-chunk a GPU that runs whole layers gets the larger
-// chunk; the CPU keeps the runner's default; a given flag always wins.
+// chunk (4,096; the server 1,024); the CPU keeps the runner's default; a
+// given flag always wins.
 func TestPrefillChunkDefault(t *testing.T) {
 	def := chunkFlags{n: runner.DefaultPrefillChunk}
-	if got := prefillChunk(def, runtime.CPU{}); got != runner.DefaultPrefillChunk {
-		t.Errorf("cpu: %d", got)
+	for _, gpu := range []int{gpuPrefillChunk, gpuServePrefillChunk} {
+		if got := prefillChunk(def, runtime.CPU{}, gpu); got != runner.DefaultPrefillChunk {
+			t.Errorf("cpu: %d", got)
+		}
+		if got := prefillChunk(def, layeredStub{}, gpu); got != gpu {
+			t.Errorf("gpu: %d, want %d", got, gpu)
+		}
+		if got := prefillChunk(chunkFlags{set: true, n: 64}, layeredStub{}, gpu); got != 64 {
+			t.Errorf("gpu with --prefill-chunk 64: %d", got)
+		}
 	}
-	if got := prefillChunk(def, layeredStub{}); got != gpuPrefillChunk {
-		t.Errorf("gpu: %d, want %d", got, gpuPrefillChunk)
-	}
-	if got := prefillChunk(chunkFlags{set: true, n: 64}, layeredStub{}); got != 64 {
-		t.Errorf("gpu with --prefill-chunk 64: %d", got)
+	if gpuPrefillChunk != 4096 || gpuServePrefillChunk != 1024 {
+		t.Errorf("defaults %d and %d, the flags' usage says 4096 and 1024", gpuPrefillChunk, gpuServePrefillChunk)
 	}
 }
 

@@ -69,7 +69,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 		&cli.StringFlag{Name: "gpu-expert-cache", Value: "auto", Usage: "with --backend cuda: the GPU's own expert cache, e.g. 8GiB, beside --expert-cache; 0: none (every expert copied in each time); auto: $QPACK_CUDA_EXPERT_CACHE, else half the free device memory"},
 		&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered (page cache) or direct (O_DIRECT / F_NOCACHE where the file system allows)"},
-		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass (default 1024 on a GPU that runs whole layers)"},
+		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass (default 4096 on a GPU that runs whole layers)"},
 		&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed for each layer before its attention during decode, read while it computes (a hint: output is unchanged); auto: the model's top-k; 0 or off: none"},
 		&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},
@@ -168,7 +168,7 @@ func parseRunSettings(l *lateFlags, cmd string) (*runSettings, error) {
 		return nil, err // its exit code: 2 for no device, 1 for a failure
 	}
 	s.opts.Backend, s.backend = be, be
-	s.opts.PrefillChunk = prefillChunk(l, be)
+	s.opts.PrefillChunk = prefillChunk(l, be, gpuPrefillChunk)
 	if err := applyGPUExpertCache(l.String("gpu-expert-cache"), be); err != nil {
 		closeBackend(be)
 		return nil, err

@@ -163,7 +163,7 @@ func parseServeSettings(c *cli.Context) (*serveSettings, error) {
 		return nil, err // its exit code: 2 for no device, 1 for a failure
 	}
 	s.run.opts.Backend = s.run.backend
-	s.run.opts.PrefillChunk = prefillChunk(l, s.run.backend)
+	s.run.opts.PrefillChunk = prefillChunk(l, s.run.backend, gpuServePrefillChunk)
 	if err := applyGPUExpertCache(l.String("gpu-expert-cache"), s.run.backend); err != nil {
 		closeBackend(s.run.backend)
 		return nil, err

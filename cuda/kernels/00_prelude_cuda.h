@@ -116,7 +116,9 @@ QP_DEVICE float qp_simd_max(float v) {
     return v;
 }
 
+// A float's bits and back.
 QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
+QP_DEVICE uint qp_as_uint(float x) { return __float_as_uint(x); }
 
 QP_DEVICE float qp_half_to_float(ushort h) {
     float f;

@@ -373,6 +373,12 @@ QP_DEVICE void qp_gemm_mma(const QpGmView& p, uint n0) {
     }
 
     uint steps = p.cols / E;
+    // Positions of the tile: a warp skips the fragment loads and mma of
+    // its 16-row blocks past them (uniform per warp: wm and i are), whose
+    // accumulators are never stored; a grouped expert's last tile often
+    // holds a few positions (a 4,096-token chunk gives each of 256 experts
+    // ~128: one tile and a sliver), and each row's sums are unchanged.
+    const uint live = p.m1 - p.m0;
     uint xr[4];
     qp_gm_xrows<PREC>(p, xr);
     QpGmRegs R;
@@ -388,16 +394,18 @@ QP_DEVICE void qp_gemm_mma(const QpGmView& p, uint n0) {
         const uint* xs = sm + (st & 1u) * 2 * QP_GM_TILE;
         const uint* ws = xs + QP_GM_TILE;
         QP_UNROLL
-        for (uint ks = 0; ks < 2; ks++) { // two mma k-steps of 8 words
+        for (uint ks = 0; ks < 2 && wm < live; ks++) { // two mma k-steps of 8 words
             uint a[4][4];
             uint b[4][2];
             QP_UNROLL
             for (uint i = 0; i < 4; i++) {
                 const uint* r0 = xs + (wm + 16 * i + g) * QP_GM_LD + 8 * ks + t;
-                a[i][0] = r0[0];                // row g,   word t
-                a[i][1] = r0[8 * QP_GM_LD];     // row g+8, word t
-                a[i][2] = r0[4];                // row g,   word t+4
-                a[i][3] = r0[8 * QP_GM_LD + 4]; // row g+8, word t+4
+                if (wm + 16 * i < live) {
+                    a[i][0] = r0[0];                // row g,   word t
+                    a[i][1] = r0[8 * QP_GM_LD];     // row g+8, word t
+                    a[i][2] = r0[4];                // row g,   word t+4
+                    a[i][3] = r0[8 * QP_GM_LD + 4]; // row g+8, word t+4
+                }
             }
             QP_UNROLL
             for (uint j = 0; j < 4; j++) {
@@ -407,6 +415,9 @@ QP_DEVICE void qp_gemm_mma(const QpGmView& p, uint n0) {
             }
             QP_UNROLL
             for (uint i = 0; i < 4; i++) {
+                if (wm + 16 * i >= live) {
+                    continue; // no position of the tile in these 16 rows
+                }
                 QP_UNROLL
                 for (uint j = 0; j < 4; j++) {
                     if (PREC == QP_GM_TF32) {

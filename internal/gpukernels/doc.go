@@ -41,6 +41,7 @@
 //     functions, the accurate versions (CUDA without fast math; Metal's
 //     precise:: ones), except qp_rsqrt which may be approximate (the
 //     bodies use 1/qp_sqrt where accuracy matters).
+//   - qp_as_uint(float), qp_as_float(uint): a float's bits and back.
 //   - QP_STATIC_ASSERT(cond, "message").
 //   - QP_UNROLL before a loop of constant trip count asks for it unrolled
 //     (CUDA: #pragma unroll, so arrays indexed by its counter stay in

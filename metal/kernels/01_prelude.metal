@@ -75,6 +75,9 @@ inline float qp_sqrt(float x) { return precise::sqrt(x); }
 inline float qp_rsqrt(float x) { return precise::rsqrt(x); }
 inline float qp_cos(float x) { return precise::cos(x); }
 inline float qp_sin(float x) { return precise::sin(x); }
+// A float's bits and back.
+inline uint qp_as_uint(float x) { return as_type<uint>(x); }
+inline float qp_as_float(uint u) { return as_type<float>(u); }
 inline float qp_log(float x) { return precise::log(x); }
 // MSL has no log1p: log(u)·x/(u−1) with u = 1+x corrects the rounding of
 // 1+x (exact to a few ulps for small x), and is x itself where 1+x rounds

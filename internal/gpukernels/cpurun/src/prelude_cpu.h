@@ -62,3 +62,14 @@ static inline float qp_sqrt(float x) { return std::sqrt(x); }
 static inline float qp_rsqrt(float x) { return 1.0f / std::sqrt(x); }
 static inline float qp_cos(float x) { return std::cos(x); }
 static inline float qp_sin(float x) { return std::sin(x); }
+// A float's bits and back.
+static inline uint qp_as_uint(float x) {
+    uint u;
+    std::memcpy(&u, &x, 4);
+    return u;
+}
+static inline float qp_as_float(uint u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
