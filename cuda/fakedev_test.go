@@ -50,7 +50,10 @@ type fakeDev struct {
 	liveEv   map[event]bool
 	freeMem  int64
 	conv     []byte // the last deltanet_conv's parameters
-	dnOut    devptr // the y of a deltanet_rec_cols whose deltanet_out is due (0: none)
+	// noKernels: launches are checked and counted but compute nothing (the
+	// host's own cost, BenchmarkLayerHostFake).
+	noKernels bool
+	dnOut     devptr // the y of a deltanet_rec_cols whose deltanet_out is due (0: none)
 }
 
 func newFake(t testing.TB) *fakeDev {
@@ -239,6 +242,9 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		return f.fail
 	}
 	k := kernelNames[fn-1]
+	if f.noKernels {
+		return nil
+	}
 	f.launches = append(f.launches, k)
 	f.grids = append(f.grids, grid)
 	if block != [3]uint32{tgThreads, 1, 1} {

@@ -53,13 +53,19 @@ type expertTable struct {
 	shape   [3]mlxq.Matrix
 	kernels [2]string // gate/up and down kernel
 	uses    int
+	// slots are the experts' cache slots, valid while version is the
+	// cache's (a change of the set of slots rebuilds the table).
+	slots []*expertSlot
 }
 
-// touchEvery is how often (uses of a table) its slots are marked used in
-// the cache's LRU order, so that an expert cache shared with streamed
-// layers keeps the routed layers' experts: often enough for the LRU order
-// to see them, rarely enough that decode does not walk E slots per layer
-// and token.
+// touchEvery is how often (uses of a table) each of its slots is marked
+// used in the cache's LRU order, so that an expert cache shared with
+// streamed layers keeps the routed layers' experts: often enough for the
+// LRU order to see them, rarely enough that decode does not walk E slots
+// per layer and token. Each use touches the next E/touchEvery slots in
+// turn: walking all E every 16th use made every layer walk its 256 slots
+// on the same step (their tables are used once a step each), a spike of
+// hundreds of microseconds that the GPU waited for.
 const touchEvery = 16
 
 // completeFraction: MissingExperts offers a layer's missing experts when
@@ -218,15 +224,17 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 	}
 	tab := l.tables[tk]
 	if tab != nil && tab.version == c.version && tab.cap >= E {
-		if tab.uses++; tab.uses%touchEvery == 0 {
-			for e := range E {
-				c.touch(c.slots[expertKey{src: key0.src, layer: layer, expert: e}])
-			}
+		m := len(tab.slots)
+		n := (m + touchEvery - 1) / touchEvery
+		for i := range n {
+			c.touch(tab.slots[(tab.uses*n+i)%m])
 		}
+		tab.uses = (tab.uses + 1) % touchEvery
 		return tab, true
 	}
 	// Build: every expert present, all of one shape the kernels take.
 	words := make([]byte, 8*9*E)
+	slots := make([]*expertSlot, E)
 	var shape [3]mlxq.Matrix
 	var kernels [2]string
 	for e := range E {
@@ -234,6 +242,7 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 		if !ok {
 			return nil, false
 		}
+		slots[e] = slot
 		ms := [3]nn.Mat{slot.mats.Gate, slot.mats.Up, slot.mats.Down}
 		if e == 0 {
 			ks, err := moeKernels(ms[0].W, ms[1].W, ms[2].W)
@@ -280,10 +289,10 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 		l.fail("RouteExperts", err)
 		return nil, false
 	}
-	for e := range E {
-		c.touch(c.slots[expertKey{src: key0.src, layer: layer, expert: e}])
+	for _, slot := range slots {
+		c.touch(slot)
 	}
-	tab.version, tab.shape, tab.kernels, tab.uses = c.version, shape, kernels, 0
+	tab.version, tab.shape, tab.kernels, tab.uses, tab.slots = c.version, shape, kernels, 0, slots
 	return tab, true
 }
 

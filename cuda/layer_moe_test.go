@@ -278,3 +278,55 @@ func TestLayerRoutedFault(t *testing.T) {
 		t.Fatalf("the pass after the fault: %v (the word was not cleared)", err)
 	}
 }
+
+// A routed layer's table marks its experts used in the cache's LRU order
+// in turn: each use touches the next ceil(E/touchEvery) slots, so every
+// slot is touched once in touchEvery uses and no use walks them all (all
+// layers walking their E slots on the same step stalled the GPU).
+func TestExpertTableTouchesInTurn(t *testing.T) {
+	l, _ := layerOf(t)
+	r := rand.New(rand.NewPCG(73, 74))
+	const E, H, I, layer = 40, 64, 32, 3
+	var size int64
+	for e := range E {
+		w := &nn.ExpertWeights{Layer: layer, Expert: e,
+			Gate: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}), Up: makeMatrix(t, r, matCase{I, H, 4, 32, mlxq.BF16}),
+			Down: makeMatrix(t, r, matCase{H, I, 4, 32, mlxq.BF16})}
+		size = 2*matBytes(w.Gate) + matBytes(w.Down)
+		if e == 0 {
+			l.b.SetExpertCacheBytes(int64(E) * size)
+		}
+		if _, err := l.Expert(testSrc, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	l.lock()
+	defer l.unlock()
+	c := &l.experts
+	tab, ok := l.expertTable(testSrc, layer, E)
+	if !ok || len(tab.slots) != E {
+		t.Fatalf("no table of %d slots", E)
+	}
+	per := (E + touchEvery - 1) / touchEvery
+	touched := func() int {
+		n := 0
+		for e := range E {
+			if c.slots[expertKey{src: testSrc, layer: layer, expert: e}].gen == c.gen {
+				n++
+			}
+		}
+		return n
+	}
+	c.flush() // a new generation: nothing touched in it yet
+	for use := 1; use <= touchEvery; use++ {
+		if again, ok := l.expertTable(testSrc, layer, E); !ok || again != tab {
+			t.Fatal("the table was rebuilt")
+		}
+		if got, want := touched(), min(use*per, E); got != want {
+			t.Fatalf("after %d uses %d slots touched, want %d", use, got, want)
+		}
+	}
+}

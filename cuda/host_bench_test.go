@@ -1,0 +1,67 @@
+package cuda
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/qpack-go/qpack/runtime"
+)
+
+// BenchmarkLayerHostFake decodes a tiny model token by token on the Layer
+// over the fake device with CUDA graphs and kernels that compute nothing:
+// what is left is the host's cost of a step (the graph's ops, the Layer's
+// checks and parameter blocks, the recorder's queue, its comparison with
+// the captured graph and the parameters it sets), the part of a real
+// decode step that the GPU waits for at the step's start and that bounds
+// the step once the kernels are faster than it. Reported per token and
+// per queued kernel.
+func BenchmarkLayerHostFake(bb *testing.B) {
+	for _, name := range []string{"qwen3_next-q4g64", "qwen3_5_moe-q4g32", "gemma4-q4g32"} {
+		bb.Run(name, func(bb *testing.B) {
+			g := newGraphFake(bb)
+			b := testBackend(bb, g)
+			m, err := runtime.Load(filepath.Join(tinyDir, name), &runtime.LoadOptions{Backend: b})
+			if err != nil {
+				bb.Fatal(err)
+			}
+			defer m.Close()
+			st := m.NewState()
+			step := func(i int) {
+				if st.Pos() >= 512 {
+					st.Reset()
+				}
+				if _, err := m.Forward(st, []int{(7*i + 3) % m.Config.Vocab}, nil); err != nil {
+					bb.Fatal(err)
+				}
+			}
+			// A prompt that routes to every expert, so that the device
+			// cache holds them all and the layers route on the device (a
+			// resident decode), then steps until the graphs are captured.
+			prompt := make([]int, 128)
+			for i := range prompt {
+				prompt[i] = (31*i + 5) % m.Config.Vocab
+			}
+			if _, err := m.Forward(st, prompt, nil); err != nil {
+				bb.Fatal(err)
+			}
+			g.noKernels = true
+			for i := range 16 {
+				step(i)
+			}
+			r0 := b.stats.RoutedLayers
+			l0 := b.stats.Launches
+			bb.ResetTimer()
+			for i := range bb.N {
+				step(i)
+			}
+			bb.StopTimer()
+			if b.stats.RoutedLayers == r0 && m.Config.Experts > 0 {
+				bb.Errorf("no layer routed on the device: the host waited for every routing")
+			}
+			n := float64(b.stats.Launches-l0) / float64(bb.N)
+			bb.ReportMetric(n, "kernels/token")
+			bb.ReportMetric(float64(bb.Elapsed().Nanoseconds())/float64(bb.N)/1e3, "µs/token")
+			bb.ReportMetric(float64(bb.Elapsed().Nanoseconds())/float64(bb.N)/n/1e3, "µs/kernel")
+		})
+	}
+}
