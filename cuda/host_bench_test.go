@@ -49,6 +49,7 @@ func BenchmarkLayerHostFake(bb *testing.B) {
 				step(i)
 			}
 			r0 := b.stats.RoutedLayers
+			g.sets = map[string]int{}
 			l0 := b.stats.Launches
 			bb.ResetTimer()
 			for i := range bb.N {
@@ -58,6 +59,12 @@ func BenchmarkLayerHostFake(bb *testing.B) {
 			if b.stats.RoutedLayers == r0 && m.Config.Experts > 0 {
 				bb.Errorf("no layer routed on the device: the host waited for every routing")
 			}
+			sets := 0
+			for _, c := range g.sets {
+				sets += c
+			}
+			bb.ReportMetric(float64(sets)/float64(bb.N), "params-set/token")
+			bb.Logf("kernel parameters set on replay: %v", g.sets)
 			n := float64(b.stats.Launches-l0) / float64(bb.N)
 			bb.ReportMetric(n, "kernels/token")
 			bb.ReportMetric(float64(bb.Elapsed().Nanoseconds())/float64(bb.N)/1e3, "µs/token")

@@ -28,6 +28,20 @@ import (
 //     something reads after each layer);
 //   - else op by op, as without the recorder.
 //
+// Layers of one kind queue the same ops with other weights, states and
+// scratch, so a graph of their shape could serve them all with every
+// node's parameters set anew at each replay: 66-86 parameter sets a decode
+// token on the tiny Qwen models (BenchmarkLayerHostFake), about 68 µs of
+// the host's time a token on the H100 machine (eleventh session's CPU
+// profile). So a graph also has an identity, the shape's hash and the
+// first launch's parameters (a layer's first op reads its own weights: its
+// norm), and a queue replays the graph of its identity when there is one,
+// captures one when its identity was seen before (a decode step's layer,
+// the second step on), and otherwise replays a graph of its shape with
+// the parameters set (the one of the fewest differences) or goes op by op
+// as above. A decode step's layer then sets only what moves with the
+// position (RoPE's, attention's).
+//
 // Staged values (the token's embedding, index lists, a KV row list) are
 // read by a graph's copy nodes from the same pinned staging addresses when
 // the graph runs, so a replay sees this step's values. Any failure of the
@@ -90,6 +104,7 @@ func (a *recOp) replays(b *recOp) bool {
 // of each launch.
 type recGraph struct {
 	hash        uint64 // shapeHash of ops
+	ident       uint64 // identHash of the queue it was captured from
 	graph, exec uintptr
 	ops         []recOp
 	params      []byte
@@ -114,6 +129,7 @@ type recorder struct {
 	ops    []recOp
 	params []byte
 	seen   map[uint64]bool // shapes of queues submitted op by op
+	idents map[uint64]bool // identities (identHash) of queues without a graph of their own
 	graphs []*recGraph     // most recently used first
 	stats  *Stats
 	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
@@ -126,7 +142,7 @@ func withRecorder(dev device, stats *Stats) device {
 	if !ok || os.Getenv(graphsEnv) == "0" {
 		return dev
 	}
-	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}}
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{}}
 }
 
 var _ device = (*recorder)(nil)
@@ -260,20 +276,36 @@ func (r *recorder) flush() error {
 	}
 	if r.on && len(ops) >= graphMinOps {
 		h := shapeHash(ops)
-		if g := r.find(h, ops); g != nil {
+		id := identHash(h, ops, params)
+		g := r.find(h, id, ops, params)
+		switch {
+		case g != nil && g.ident == id:
 			err := submit(true, func() error { return r.replay(g, ops, params) })
 			if err == nil {
 				return nil
 			}
 			r.off("replaying a graph", err)
-		} else if r.seen[h] {
-			err := submit(true, func() error { return r.capture(h, ops, params) })
+		case r.idents[id] || g == nil && r.seen[h]:
+			err := submit(true, func() error { return r.capture(h, id, ops, params) })
 			if err == nil {
 				delete(r.seen, h)
+				delete(r.idents, id)
 				return nil
 			}
 			r.off("capturing a graph", err)
-		} else {
+		default:
+			if len(r.idents) >= maxSeen {
+				clear(r.idents)
+			}
+			r.idents[id] = true
+			if g != nil {
+				err := submit(true, func() error { return r.replay(g, ops, params) })
+				if err == nil {
+					return nil
+				}
+				r.off("replaying a graph", err)
+				break
+			}
 			if len(r.seen) >= maxSeen {
 				clear(r.seen)
 			}
@@ -310,6 +342,21 @@ func shapeHash(ops []recOp) uint64 {
 	return h
 }
 
+// identHash is a queue's identity: its shape's hash h and the bytes of its
+// first launch's parameters (h alone when it has none).
+func identHash(h uint64, ops []recOp, params []byte) uint64 {
+	for i := range ops {
+		if ops[i].kind != opLaunch {
+			continue
+		}
+		for _, c := range params[ops[i].p0:ops[i].p1] {
+			h = (h ^ uint64(c)) * 0x100000001b3
+		}
+		return h ^ h>>29
+	}
+	return h
+}
+
 // sameQueue reports whether b has a's ops (parameters aside).
 func sameQueue(a, b []recOp) bool {
 	if len(a) != len(b) {
@@ -323,15 +370,44 @@ func sameQueue(a, b []recOp) bool {
 	return true
 }
 
-func (r *recorder) find(h uint64, ops []recOp) *recGraph {
+// find returns the graph of identity id for ops, or else the graph of
+// their shape whose nodes hold the fewest parameter blocks other than
+// params' (nil when none has their shape); it becomes the most recently
+// used.
+func (r *recorder) find(h, id uint64, ops []recOp, params []byte) *recGraph {
+	best, fewest := -1, 0
 	for i, g := range r.graphs {
-		if g.hash == h && sameQueue(g.ops, ops) {
-			copy(r.graphs[1:i+1], r.graphs[:i]) // most recent first
-			r.graphs[0] = g
-			return g
+		if g.hash != h || !sameQueue(g.ops, ops) {
+			continue
+		}
+		if g.ident == id {
+			best = i
+			break
+		}
+		if n := paramDiffs(g, ops, params); best < 0 || n < fewest {
+			best, fewest = i, n
 		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	g := r.graphs[best]
+	copy(r.graphs[1:best+1], r.graphs[:best]) // most recent first
+	r.graphs[0] = g
+	return g
+}
+
+// paramDiffs counts the launches of ops whose parameters differ from what
+// g's nodes hold.
+func paramDiffs(g *recGraph, ops []recOp, params []byte) int {
+	n := 0
+	for i := range ops {
+		op, was := &ops[i], &g.ops[i]
+		if op.kind == opLaunch && !bytes.Equal(params[op.p0:op.p1], g.params[was.p0:was.p1]) {
+			n++
+		}
+	}
+	return n
 }
 
 // replay sets the nodes whose parameters differ and launches g.
@@ -359,7 +435,7 @@ func (r *recorder) replay(g *recGraph, ops []recOp, params []byte) error {
 }
 
 // capture records the queue into a new graph and launches it.
-func (r *recorder) capture(h uint64, ops []recOp, params []byte) (err error) {
+func (r *recorder) capture(h, id uint64, ops []recOp, params []byte) (err error) {
 	if err := r.gr.beginCapture(); err != nil {
 		return err
 	}
@@ -388,7 +464,7 @@ func (r *recorder) capture(h uint64, ops []recOp, params []byte) (err error) {
 		r.gr.destroyGraph(graph)
 		return err
 	}
-	g := &recGraph{hash: h, graph: graph, exec: exec, ops: append([]recOp(nil), ops...), params: append([]byte(nil), params...), nodes: nodes}
+	g := &recGraph{hash: h, ident: id, graph: graph, exec: exec, ops: append([]recOp(nil), ops...), params: append([]byte(nil), params...), nodes: nodes}
 	if err := r.gr.graphLaunch(exec); err != nil {
 		r.gr.destroyExec(exec)
 		r.gr.destroyGraph(graph)
@@ -452,6 +528,7 @@ func (r *recorder) dropGraphs() {
 	}
 	r.graphs = nil
 	clear(r.seen)
+	clear(r.idents)
 }
 
 // String says what the recorder holds (for logs and tests).
