@@ -123,8 +123,14 @@ func (l *Layer) Temp(n int) nn.Tensor {
 
 // arena is the Temp memory: chunks of device memory handed out by bumping
 // an offset, all released at EndPass. A pass that needs more than the
-// chunks hold adds one; at EndPass the chunks are replaced by one of their
-// total size, so later passes of the same shape reuse one allocation.
+// chunks hold adds one, as large as all of them (the arena doubles; when
+// the device has no room for that, just what the Temp needs); at EndPass
+// the chunks are replaced by one of what the pass took, so later passes of
+// the same shape reuse one allocation. (It kept one chunk of all the
+// chunks' size, up to twice what the pass took, and failed the pass when
+// the device had no room for a doubling, though it had for the Temp: a
+// GPU whose expert cache holds half its memory, prefilling 4,096 tokens a
+// pass, is near that.)
 // Temps are zero without a memset each: a chunk is zeroed when it is
 // allocated, and at EndPass the part the pass used is zeroed again (one
 // memset, queued before the next pass's work).
@@ -132,6 +138,7 @@ type arena struct {
 	chunks []*devBuf // n counts floats
 	cur    int       // chunk being filled
 	off    int64     // bytes used of chunks[cur]
+	need   int64     // bytes taken this pass (what one chunk needs to hold them)
 	grows  int       // chunks added (a test counter)
 }
 
@@ -148,17 +155,22 @@ func (a *arena) take(l *Layer, n int64) (*devBuf, int64, error) {
 		if a.off+n <= 4*int64(c.n) {
 			off := a.off
 			a.off += n
+			a.need += n
 			return c, off, nil
 		}
 		a.cur++
 		a.off = 0
 	}
-	size := int64(arenaMin)
-	if k := len(a.chunks); k > 0 {
-		size = max(size, 8*int64(a.chunks[k-1].n))
+	var total int64
+	for _, c := range a.chunks {
+		total += 4 * int64(c.n)
 	}
-	size = max(size, n)
+	size := max(int64(arenaMin), total, n)
 	p, err := l.devAlloc(size, "the Temp arena")
+	if err != nil && size > n {
+		size = n // no room to double: what this Temp needs
+		p, err = l.devAlloc(size, "the Temp arena")
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -170,25 +182,28 @@ func (a *arena) take(l *Layer, n int64) (*devBuf, int64, error) {
 	a.chunks = append(a.chunks, c)
 	a.grows++
 	a.cur, a.off = len(a.chunks)-1, n
+	a.need += n
 	return c, 0, nil
 }
 
 // reset releases the pass's Temps (the streams are idle).
 func (a *arena) reset(l *Layer) error {
-	defer func() { a.cur, a.off = 0, 0 }()
+	need := a.need
+	defer func() { a.cur, a.off, a.need = 0, 0, 0 }()
 	if len(a.chunks) == 0 {
 		return nil
 	}
 	if len(a.chunks) == 1 {
 		return l.b.dev.memset(a.chunks[0].p, int(a.off))
 	}
-	var total int64
 	var errs []error
 	for _, c := range a.chunks {
-		total += 4 * int64(c.n)
 		errs = append(errs, l.devFree(c.p))
 	}
 	a.chunks = nil
+	// What the pass took, packed (a pass of the same shape fits exactly),
+	// rounded up to a MiB.
+	total := max(int64(arenaMin), (need+1<<20-1)&^(1<<20-1))
 	p, err := l.devAlloc(total, "the Temp arena")
 	if err == nil {
 		err = l.b.dev.memset(p, int(total))
@@ -203,7 +218,7 @@ func (a *arena) release(l *Layer) error {
 	for _, c := range a.chunks {
 		errs = append(errs, l.devFree(c.p))
 	}
-	a.chunks, a.cur, a.off = nil, 0, 0
+	a.chunks, a.cur, a.off, a.need = nil, 0, 0, 0
 	return errors.Join(errs...)
 }
 

@@ -407,6 +407,50 @@ func TestLayerTempReuse(t *testing.T) {
 	}
 }
 
+// The arena grows by what it holds (it doubles), takes only what a Temp
+// needs when the device has no room to double, and leaves one chunk of
+// what the pass took, not of what it reserved.
+func TestLayerTempGrowth(t *testing.T) {
+	l, f := layerOf(t)
+	const mib = 1 << 20
+	chunks := func() []int64 {
+		var s []int64
+		for _, c := range l.temp.chunks {
+			s = append(s, 4*int64(c.n)/mib)
+		}
+		return s
+	}
+	l.Temp(mib / 4)     // 1 MiB in the first chunk (4 MiB)
+	l.Temp(mib)         // 4 MiB: a chunk as large as the arena
+	l.Temp(3 * mib)     // 12 MiB: more than the arena holds, a chunk of 12
+	l.Temp(mib / 4 * 3) // 3 MiB: fits the second chunk? no (4 used): a chunk of 20, the arena's size
+	if got := chunks(); !slices.Equal(got, []int64{4, 4, 12, 20}) {
+		t.Fatalf("chunks of %v MiB, want [4 4 12 20]", got)
+	}
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	// One chunk of what the pass took (1 + 4 + 12 + 3 = 20 MiB), not of
+	// the 40 it had reserved.
+	if got := chunks(); !slices.Equal(got, []int64{20}) {
+		t.Fatalf("after the pass: chunks of %v MiB, want [20]", got)
+	}
+	// A device with room for a Temp but not for doubling the arena.
+	f.limit = f.inUse + 8*mib
+	l.Temp(4 * mib)      // 16 MiB of the 20
+	l.Temp(mib)          // the last 4
+	x := l.Temp(mib / 2) // 2 MiB: doubling (20) has no room, 2 has
+	if got := chunks(); x.N != mib/2 || !slices.Equal(got, []int64{20, 2}) {
+		t.Fatalf("near the device's limit: chunks of %v MiB, want [20 2]", got)
+	}
+	if err := l.EndPass(); err != nil {
+		t.Fatal(err)
+	}
+	if got := chunks(); !slices.Equal(got, []int64{22}) {
+		t.Fatalf("after the pass near the limit: chunks of %v MiB, want [22]", got)
+	}
+}
+
 // Staging: many Writes queue copies in one staging buffer without
 // waiting until it is full; a wait makes it reusable.
 func TestLayerStaging(t *testing.T) {
