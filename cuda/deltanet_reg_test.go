@@ -21,6 +21,7 @@ func TestDeltaNetRecRegCPU(t *testing.T) {
 	for _, c := range []struct{ T, nk, nv, dk, dv int }{
 		{1, 1, 3, 24, 40}, {5, 2, 6, 24, 40}, {3, 1, 2, 128, 128}, {4, 2, 2, 33, 97},
 		{2, 1, 4, 1, 1}, {3, 1, 1, 7, 128}, {6, 3, 3, 128, 5}, {0, 1, 2, 24, 40},
+		{41, 1, 2, 128, 96}, // a prefill chunk: every chunk takes deltanet_rec_cols now
 	} {
 		what := fmt.Sprintf("%+v", c)
 		C := 2*c.nk*c.dk + c.nv*c.dv
