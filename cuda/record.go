@@ -375,17 +375,23 @@ func sameQueue(a, b []recOp) bool {
 // params' (nil when none has their shape); it becomes the most recently
 // used.
 func (r *recorder) find(h, id uint64, ops []recOp, params []byte) *recGraph {
+	// The identity first, comparing two words a graph (a real model's
+	// decode has tens of layers of one shape; their parameters are
+	// compared only when none is this queue's own).
 	best, fewest := -1, 0
 	for i, g := range r.graphs {
-		if g.hash != h || !sameQueue(g.ops, ops) {
-			continue
-		}
-		if g.ident == id {
+		if g.ident == id && g.hash == h && sameQueue(g.ops, ops) {
 			best = i
 			break
 		}
-		if n := paramDiffs(g, ops, params); best < 0 || n < fewest {
-			best, fewest = i, n
+	}
+	if best < 0 {
+		for i, g := range r.graphs {
+			if g.hash == h && sameQueue(g.ops, ops) {
+				if n := paramDiffs(g, ops, params); best < 0 || n < fewest {
+					best, fewest = i, n
+				}
+			}
 		}
 	}
 	if best < 0 {
