@@ -3,12 +3,18 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrNoDevice is wrapped by every error that means "no usable NVIDIA GPU
 // here": no driver library, no device, or an OS/architecture this package
 // does not support. The CLI maps it to exit status 2.
 var ErrNoDevice = errors.New("the cuda backend needs Linux with an NVIDIA GPU and its driver; use --backend cpu")
+
+// ErrOutOfMemory is matched (errors.Is) by a driver call that found too
+// little device memory, however deep in a layer op's error it is wrapped:
+// the CLI then says what needs less (the expert cache, the prefill pass).
+var ErrOutOfMemory = errors.New("the GPU is out of memory")
 
 // Error is a failed call into the CUDA driver or NVRTC.
 type Error struct {
@@ -28,15 +34,23 @@ func (e *Error) Error() string {
 
 // Is makes errors.Is(err, ErrNoDevice) true for the driver's "no device"
 // and "no driver" results, so a machine without a GPU reads the same
-// whichever call noticed.
+// whichever call noticed, and errors.Is(err, ErrOutOfMemory) for the
+// driver's out-of-memory result.
 func (e *Error) Is(target error) bool {
-	return target == ErrNoDevice && (e.Code == cudaErrorNoDevice || e.Code == cudaErrorNotInitialized && e.Call == "cuInit" ||
-		e.Code == cudaErrorInsufficientDriver || e.Code == cudaErrorInvalidDevice && e.Call == "cuDeviceGet")
+	switch target {
+	case ErrNoDevice:
+		return e.Code == cudaErrorNoDevice || e.Code == cudaErrorNotInitialized && e.Call == "cuInit" ||
+			e.Code == cudaErrorInsufficientDriver || e.Code == cudaErrorInvalidDevice && e.Call == "cuDeviceGet"
+	case ErrOutOfMemory:
+		return e.Code == cudaErrorOutOfMemory && !strings.HasPrefix(e.Call, "nvrtc")
+	}
+	return false
 }
 
 // CUresult values this package tells apart.
 const (
 	cudaSuccess                 = 0
+	cudaErrorOutOfMemory        = 2
 	cudaErrorNotInitialized     = 3
 	cudaErrorInsufficientDriver = 35
 	cudaErrorNoDevice           = 100

@@ -451,6 +451,18 @@ func TestLayerTempGrowth(t *testing.T) {
 	}
 }
 
+// A Temp the device has no memory for fails the pass with an error that
+// is ErrOutOfMemory (the CLI's hint), naming the Temp and its size.
+func TestLayerOutOfMemoryError(t *testing.T) {
+	l, f := layerOf(t)
+	f.limit = f.inUse + 1<<20
+	l.Temp(1 << 20) // 4 MiB
+	err := l.EndPass()
+	if !errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "Temp(1048576)") {
+		t.Fatalf("EndPass: %v", err)
+	}
+}
+
 // Staging: many Writes queue copies in one staging buffer without
 // waiting until it is full; a wait makes it reusable.
 func TestLayerStaging(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -164,5 +165,30 @@ func TestGPUExpertCacheFlag(t *testing.T) {
 	_, stderr, code := runMain(t, "generate", "../../testdata/tiny/qwen3_next-q4g64", "--prompt", "hi", "--gpu-expert-cache", "1GiB")
 	if code != exitUsage || !strings.Contains(stderr, "only cuda does") {
 		t.Errorf("generate --gpu-expert-cache on cpu: exit %d\n%s", code, stderr)
+	}
+}
+
+// A failure whose cause is the GPU's memory, however wrapped, is followed
+// by a line saying what takes that memory and which flags make it
+// smaller; other errors, and the driver's other results, are not.
+func TestGPUMemoryHint(t *testing.T) {
+	oom := fmt.Errorf("generate: layer 3: %w", fmt.Errorf("cuda layer Temp(1048576): %w",
+		&cuda.Error{Call: "cuMemAlloc_v2", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}))
+	for _, c := range []struct {
+		err  error
+		hint bool
+	}{
+		{oom, true},
+		{fmt.Errorf("x: %w", &cuda.Error{Call: "cuLaunchKernel", Code: 1, Name: "CUDA_ERROR_INVALID_VALUE"}), false},
+		{fmt.Errorf("x: %w", &cuda.Error{Call: "nvrtcCompileProgram", Code: 2, Name: "NVRTC_ERROR_PROGRAM_CREATION_FAILURE"}), false},
+		{errors.New("out of memory"), false},
+	} {
+		var out strings.Builder
+		if code := exitStatus(&out, c.err); code != exitFailure {
+			t.Errorf("%v: exit %d", c.err, code)
+		}
+		if got := strings.Contains(out.String(), "--gpu-expert-cache") && strings.Contains(out.String(), "--prefill-chunk"); got != c.hint {
+			t.Errorf("%v: hint %v, want %v:\n%s", c.err, got, c.hint, out.String())
+		}
 	}
 }

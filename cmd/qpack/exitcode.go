@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/qpack-go/qpack/cuda"
 	"github.com/qpack-go/qpack/hfhub"
 	"github.com/qpack-go/qpack/modelconfig"
 	"github.com/qpack-go/qpack/qpack"
@@ -132,9 +133,18 @@ func exitStatus(w io.Writer, err error) int {
 	var ee *exitError
 	if !errors.As(err, &ee) || !ee.silent {
 		fmt.Fprintln(w, "qpack:", dedupeMessage(err.Error()))
+		if errors.Is(err, cuda.ErrOutOfMemory) {
+			fmt.Fprintln(w, "qpack:", gpuMemoryHint)
+		}
 	}
 	return exitCode(err)
 }
+
+// gpuMemoryHint follows an error whose cause is the GPU's memory running
+// out: what takes it, and the flags that make it smaller.
+const gpuMemoryHint = "the GPU ran out of memory: its expert cache takes half the free memory by default " +
+	"(--gpu-expert-cache sets it, 0 turns it off) and each prefill pass needs room for its tokens " +
+	"(--prefill-chunk; 4096 by default on a GPU, 1024 for serve)"
 
 // dedupeMessage drops a prefix repeated by wrapping ("config.json:
 // config.json: x" → "config.json: x"), so each name appears once.
