@@ -58,5 +58,8 @@ for d in $DIMS; do
 	*) echo "device.sh: unknown dims $d" >&2; status=2 ;;
 	esac
 done
+# The files as one archive too: the device tool brings back a few files of
+# $OUT only (the eleventh session lost the per-step JSON to that).
+tar -C "$OUT" -czf "$OUT/bench-gpu.tgz" bench-gpu
 cat "$log"/*.txt
 exit $status
