@@ -344,6 +344,20 @@ func TestRecorderModelsConformanceFake(t *testing.T) {
 	}
 }
 
+// routeEveryExpert feeds a 128-token prompt that routes to every expert
+// of a tiny model, so that the device expert cache holds them all and its
+// layers route on the device from then on (a resident decode).
+func routeEveryExpert(t testing.TB, m *runtime.Model, st *runtime.State) {
+	t.Helper()
+	prompt := make([]int, 128)
+	for i := range prompt {
+		prompt[i] = (31*i + 5) % m.Config.Vocab
+	}
+	if _, err := m.Forward(st, prompt, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Each layer replays a graph of its own: once a decode has captured them,
 // a step's replays set only the parameters that move with the position
 // (RoPE's and attention's), not every node of a graph shared by the
@@ -355,16 +369,9 @@ func TestRecorderLayerGraphsFake(t *testing.T) {
 			b, g := graphBackend(t)
 			_, m := loadBoth(t, name, b)
 			st := m.NewState()
-			// A prompt that routes to every expert: the layers then route
-			// on the device (on the host, the experts' products take the
-			// chosen experts' addresses, which move with the token).
-			prompt := make([]int, 128)
-			for i := range prompt {
-				prompt[i] = (31*i + 5) % m.Config.Vocab
-			}
-			if _, err := m.Forward(st, prompt, nil); err != nil {
-				t.Fatal(err)
-			}
+			// On the host path the experts' products take the chosen
+			// experts' addresses, which move with the token.
+			routeEveryExpert(t, m, st)
 			for i := range 48 {
 				if i == 16 {
 					g.sets = map[string]int{}

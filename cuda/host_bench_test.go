@@ -34,16 +34,9 @@ func BenchmarkLayerHostFake(bb *testing.B) {
 					bb.Fatal(err)
 				}
 			}
-			// A prompt that routes to every expert, so that the device
-			// cache holds them all and the layers route on the device (a
-			// resident decode), then steps until the graphs are captured.
-			prompt := make([]int, 128)
-			for i := range prompt {
-				prompt[i] = (31*i + 5) % m.Config.Vocab
-			}
-			if _, err := m.Forward(st, prompt, nil); err != nil {
-				bb.Fatal(err)
-			}
+			// The layers route on the device (computed, so that the
+			// routing is real), then steps until the graphs are captured.
+			routeEveryExpert(bb, m, st)
 			g.noKernels = true
 			for i := range 16 {
 				step(i)

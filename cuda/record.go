@@ -278,14 +278,9 @@ func (r *recorder) flush() error {
 		h := shapeHash(ops)
 		id := identHash(h, ops, params)
 		g := r.find(h, id, ops, params)
+		own := g != nil && g.ident == id
 		switch {
-		case g != nil && g.ident == id:
-			err := submit(true, func() error { return r.replay(g, ops, params) })
-			if err == nil {
-				return nil
-			}
-			r.off("replaying a graph", err)
-		case r.idents[id] || g == nil && r.seen[h]:
+		case !own && (r.idents[id] || g == nil && r.seen[h]):
 			err := submit(true, func() error { return r.capture(h, id, ops, params) })
 			if err == nil {
 				delete(r.seen, h)
@@ -293,26 +288,29 @@ func (r *recorder) flush() error {
 				return nil
 			}
 			r.off("capturing a graph", err)
+		case g != nil: // its own graph, or one of its shape (parameters set)
+			if !own {
+				remember(r.idents, id)
+			}
+			err := submit(true, func() error { return r.replay(g, ops, params) })
+			if err == nil {
+				return nil
+			}
+			r.off("replaying a graph", err)
 		default:
-			if len(r.idents) >= maxSeen {
-				clear(r.idents)
-			}
-			r.idents[id] = true
-			if g != nil {
-				err := submit(true, func() error { return r.replay(g, ops, params) })
-				if err == nil {
-					return nil
-				}
-				r.off("replaying a graph", err)
-				break
-			}
-			if len(r.seen) >= maxSeen {
-				clear(r.seen)
-			}
-			r.seen[h] = true
+			remember(r.idents, id)
+			remember(r.seen, h)
 		}
 	}
 	return submit(false, func() error { return r.issue(ops, params) })
+}
+
+// remember adds k to a set of at most maxSeen keys (emptied when full).
+func remember(set map[uint64]bool, k uint64) {
+	if len(set) >= maxSeen {
+		clear(set)
+	}
+	set[k] = true
 }
 
 // shapeHash hashes what replays compares, a word at a time (a multiply

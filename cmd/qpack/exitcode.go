@@ -142,9 +142,9 @@ func exitStatus(w io.Writer, err error) int {
 
 // gpuMemoryHint follows an error whose cause is the GPU's memory running
 // out: what takes it, and the flags that make it smaller.
-const gpuMemoryHint = "the GPU ran out of memory: its expert cache takes half the free memory by default " +
-	"(--gpu-expert-cache sets it, 0 turns it off) and each prefill pass needs room for its tokens " +
-	"(--prefill-chunk; 4096 by default on a GPU, 1024 for serve)"
+var gpuMemoryHint = fmt.Sprintf("the GPU ran out of memory: its expert cache takes half the free memory by default "+
+	"(--gpu-expert-cache sets it, 0 turns it off) and each prefill pass needs room for its tokens "+
+	"(--prefill-chunk; %d by default on a GPU, %d for serve)", gpuPrefillChunk, gpuServePrefillChunk)
 
 // dedupeMessage drops a prefix repeated by wrapping ("config.json:
 // config.json: x" → "config.json: x"), so each name appears once.

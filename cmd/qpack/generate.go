@@ -69,7 +69,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 		&cli.StringFlag{Name: "gpu-expert-cache", Value: "auto", Usage: "with --backend cuda: the GPU's own expert cache, e.g. 8GiB, beside --expert-cache; 0: none (every expert copied in each time); auto: $QPACK_CUDA_EXPERT_CACHE, else half the free device memory"},
 		&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered (page cache) or direct (O_DIRECT / F_NOCACHE where the file system allows)"},
-		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass (default 4096 on a GPU that runs whole layers)"},
+		&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: fmt.Sprintf("prompt tokens per forward pass (default %d on a GPU that runs whole layers)", gpuPrefillChunk)},
 		&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed for each layer before its attention during decode, read while it computes (a hint: output is unchanged); auto: the model's top-k; 0 or off: none"},
 		&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 		&cli.BoolFlag{Name: "json", Usage: "print one JSON object instead of streaming text"},

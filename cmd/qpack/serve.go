@@ -49,7 +49,7 @@ func init() {
 			&cli.StringFlag{Name: "expert-cache", Value: "auto", Usage: "expert cache budget, e.g. 2GiB; auto: half the memory left after the dense weights"},
 			&cli.StringFlag{Name: "gpu-expert-cache", Value: "auto", Usage: "with --backend cuda: the GPU's own expert cache, e.g. 8GiB, beside --expert-cache; 0: none (every expert copied in each time); auto: $QPACK_CUDA_EXPERT_CACHE, else half the free device memory"},
 			&cli.StringFlag{Name: "io", Value: "buffered", Usage: "expert reads: buffered or direct"},
-			&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: "prompt tokens per forward pass; saved states fall on multiples of it (default 1024 on a GPU that runs whole layers)"},
+			&cli.IntFlag{Name: "prefill-chunk", Value: runner.DefaultPrefillChunk, Usage: fmt.Sprintf("prompt tokens per forward pass; saved states fall on multiples of it (default %d on a GPU that runs whole layers)", gpuServePrefillChunk)},
 			&cli.StringFlag{Name: "speculate-experts", Value: "auto", Usage: "experts per token guessed ahead during decode (auto, off or N)"},
 			&cli.BoolFlag{Name: "verify-experts", Usage: "check each expert blob's BLAKE3 against the manifest when first read (.qpack only)"},
 			backendFlag(),
