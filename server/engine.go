@@ -104,6 +104,12 @@ func (s *Server) run(ctx context.Context, j *job) (*outcome, bool, error) {
 	s.runMu.Lock()
 	s.cancelRun = cancel
 	s.runMu.Unlock()
+	if s.stopping.Load() {
+		// A Stop between the queue's turn and cancelRun: stop now, not
+		// when AfterFunc's goroutine gets to it (the generation could
+		// have run to its end by then).
+		cancel()
+	}
 	defer func() {
 		s.runMu.Lock()
 		s.cancelRun = nil

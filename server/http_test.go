@@ -259,6 +259,12 @@ func TestHTTPQueueAndShutdown(t *testing.T) {
 	if res.Header.Get("Retry-After") == "" {
 		t.Fatal("429 without Retry-After")
 	}
+	// The running one has its first token and waits at the gate.
+	within(t, 10*time.Second, "the first token", func() {
+		for started.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	})
 	s.Stop()
 	close(gate)
 	within(t, 10*time.Second, "shutdown", wg.Wait)
@@ -414,4 +420,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A shutdown that comes after a request got its turn but before its
+// generation could be cancelled (Stop found no cancelRun) stops that
+// generation before its first token, not when context.AfterFunc's
+// goroutine gets to it.
+func TestStopBeforeRunStarts(t *testing.T) {
+	s, _ := newTiny(t, Config{}, 0)
+	script(s, []string{"a", "b", "c", "d"}, nil)
+	s.Stop()
+	for range 50 {
+		o, stopped, err := s.run(context.Background(), &job{maxNew: 4})
+		if err != nil || !stopped || o.text != "" || o.reason != "length" {
+			t.Fatalf("run after Stop: %+v stopped %v err %v, want nothing generated", o, stopped, err)
+		}
+	}
 }
