@@ -82,9 +82,11 @@ func (s *Server) await(ctx context.Context, t *ticket) *APIError {
 	defer stop()
 	err := t.wait(ctx)
 	switch {
-	case err == nil:
+	case err == nil && !s.stopping.Load():
 		return nil
 	case s.stopping.Load():
+		// Also when the turn came with the shutdown (the running one
+		// stopped and handed it on): a waiting request never starts then.
 		return unavailable("shutting_down", "the server is shutting down")
 	case errors.Is(err, context.DeadlineExceeded):
 		e := queueFull(0, 1+int(s.cfg.KeepAlive/time.Second))

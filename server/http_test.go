@@ -437,3 +437,22 @@ func TestStopBeforeRunStarts(t *testing.T) {
 		}
 	}
 }
+
+// After a Stop a request never starts, even when the turn reaches it (the
+// running one stopped and handed it on) before the shutdown cancels its
+// wait.
+func TestNoTurnAfterStop(t *testing.T) {
+	s, _ := newTiny(t, Config{}, 0)
+	s.Stop()
+	for range 50 {
+		tk, e := s.admit()
+		if e != nil {
+			t.Fatalf("admit: %v", e)
+		}
+		e = s.await(context.Background(), tk)
+		tk.release()
+		if e == nil || e.Status != http.StatusServiceUnavailable {
+			t.Fatalf("await after Stop: %+v, want 503", e)
+		}
+	}
+}
