@@ -16,12 +16,7 @@ func (m *graph) Forward(env runtime.Env, st []runtime.LayerState, pos int, token
 	T := len(tokens)
 	H := c.Hidden
 	dev := env.Device
-	b, fresh := m.bound.For(dev)
-	if fresh {
-		m.mu.Lock()
-		m.gather = map[*deltaNet]*fusedGathers{}
-		m.mu.Unlock()
-	}
+	b, _ := m.bound.For(dev)
 	defer func() {
 		if e := dev.EndPass(); err == nil && e != nil {
 			logits, err = nil, e

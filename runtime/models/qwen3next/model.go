@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/qpack-go/qpack/runtime"
 	"github.com/qpack-go/qpack/runtime/mlxq"
@@ -21,9 +20,7 @@ type graph struct {
 	rope   *nn.RoPE
 	eps    float32
 
-	bound  nn.Bindings // the resident weights on the last device used
-	mu     sync.Mutex
-	gather map[*deltaNet]*fusedGathers // on bound's device
+	bound nn.Bindings // the resident weights on the last device used
 }
 
 type layer struct {
@@ -37,18 +34,16 @@ type layer struct {
 }
 
 type deltaNet struct {
-	fused   bool
-	qkvz    mlxq.Matrix // qwen3_next: [2Kd+2Vd, H], per-key-head interleaved
-	ba      mlxq.Matrix // qwen3_next: [2Nv, H]
-	qkv     mlxq.Matrix // qwen3_5: [2Kd+Vd, H]
-	z, b, a mlxq.Matrix // qwen3_5: [Vd, H], [Nv, H], [Nv, H]
+	// The input projections. qwen3_5 stores them apart; qwen3_next's fused
+	// in_proj_qkvz and in_proj_ba are reordered at load (fusedPermutation)
+	// and these are row ranges of them.
+	qkv     mlxq.Matrix // [2Kd+Vd, H]: [q | k | v]
+	z, b, a mlxq.Matrix // [Vd, H], [Nv, H], [Nv, H]
 	conv    []float32   // [C][K], j = K-1 multiplies the current input
 	negA    []float32   // -exp(A_log) per value head
 	dtBias  []float32   // per value head
 	norm    []float32   // gated norm weight [dv], plain
 	out     mlxq.Matrix // [H, Vd]
-	// perm maps a fused qkvz output index to its place in [q|k|v|z].
-	perm, permBA []int32
 }
 
 type attention struct {
@@ -165,14 +160,22 @@ func buildDeltaNet(b *runtime.Weights, p string) (*deltaNet, error) {
 	var err error
 	switch {
 	case b.Has(p + "in_proj_qkvz.weight"):
-		d.fused = true
-		if d.qkvz, err = b.Matrix(p+"in_proj_qkvz", 2*Kd+2*Vd, c.Hidden); err != nil {
+		// Reordered once here into [q | k | v | z] and [b | a], so that the
+		// products land where the conv and the recurrence read them (no
+		// gather a step).
+		perm, permBA := fusedPermutation(c)
+		qkvz, err := b.PermutedMatrix(p+"in_proj_qkvz", 2*Kd+2*Vd, c.Hidden, perm)
+		if err != nil {
 			return nil, err
 		}
-		if d.ba, err = b.Matrix(p+"in_proj_ba", 2*Nv, c.Hidden); err != nil {
+		ba, err := b.PermutedMatrix(p+"in_proj_ba", 2*Nv, c.Hidden, permBA)
+		if err != nil {
 			return nil, err
 		}
-		d.perm, d.permBA = fusedPermutation(c)
+		if !b.Sizing() {
+			d.qkv, d.z = qkvz.SliceRows(0, C), qkvz.SliceRows(C, C+Vd)
+			d.b, d.a = ba.SliceRows(0, Nv), ba.SliceRows(Nv, 2*Nv)
+		}
 	case b.Has(p + "in_proj_qkv.weight"):
 		for _, t := range []struct {
 			m    *mlxq.Matrix
@@ -216,8 +219,8 @@ func buildDeltaNet(b *runtime.Weights, p string) (*deltaNet, error) {
 	return d, nil
 }
 
-// fusedPermutation maps the qwen3_next fused projections onto the
-// concatenated layout. in_proj_qkvz rows are grouped per key head g:
+// fusedPermutation maps the qwen3_next fused projections' rows onto the
+// concatenated layout (perm[i]: where row i goes). in_proj_qkvz rows are grouped per key head g:
 // [q_g (dk) | k_g (dk) | v of the r = Nv/Nk value heads of g (r·dv) | z of
 // those heads (r·dv)]; the destination is [q (Kd) | k (Kd) | v (Vd) | z (Vd)],
 // heads ascending. in_proj_ba rows per key head: [b (r) | a (r)] → [b (Nv) | a (Nv)].
