@@ -123,8 +123,7 @@ func (d *MoE) Routed(s RoutedSpec, overlap func()) error {
 func glu(dev Device, m ExpertMats, act Activation, x, out Tensor, T int) {
 	I := m.Gate.W.Rows
 	g, u := dev.Temp(T*I), dev.Temp(T*I)
-	dev.MatMul(m.Gate, g, x, T)
-	dev.MatMul(m.Up, u, x, T)
+	MatMuls(dev, x, T, Product{W: m.Gate, Y: g}, Product{W: m.Up, Y: u}) // one launch on a GPU
 	dev.GLU(act, g, g, u, T*I)
 	dev.MatMul(m.Down, out, g, T)
 }
