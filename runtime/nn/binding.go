@@ -66,17 +66,6 @@ func (b *Binding) V(v []float32) Tensor {
 	return t
 }
 
-// Indices returns a resident index vector (not cached: call it once).
-func (b *Binding) Indices(ix []int32) Index {
-	h, err := b.Dev.Indices(ix)
-	if err != nil {
-		b.mu.Lock()
-		b.fail(err)
-		b.mu.Unlock()
-	}
-	return h
-}
-
 func (b *Binding) fail(err error) {
 	if b.err == nil {
 		b.err = err

@@ -220,10 +220,11 @@ func buildDeltaNet(b *runtime.Weights, p string) (*deltaNet, error) {
 }
 
 // fusedPermutation maps the qwen3_next fused projections' rows onto the
-// concatenated layout (perm[i]: where row i goes). in_proj_qkvz rows are grouped per key head g:
-// [q_g (dk) | k_g (dk) | v of the r = Nv/Nk value heads of g (r·dv) | z of
-// those heads (r·dv)]; the destination is [q (Kd) | k (Kd) | v (Vd) | z (Vd)],
-// heads ascending. in_proj_ba rows per key head: [b (r) | a (r)] → [b (Nv) | a (Nv)].
+// concatenated layout (perm[i]: where row i goes). in_proj_qkvz rows are
+// grouped per key head g: [q_g (dk) | k_g (dk) | v of the r = Nv/Nk value
+// heads of g (r·dv) | z of those heads (r·dv)]; the destination is
+// [q (Kd) | k (Kd) | v (Vd) | z (Vd)], heads ascending. in_proj_ba rows per
+// key head: [b (r) | a (r)] → [b (Nv) | a (Nv)].
 func fusedPermutation(c *runtime.Config) (perm, permBA []int32) {
 	Nk, dk, dv := c.LinKeyHeads, c.LinKeyHeadDim, c.LinValHeadDim
 	r := c.LinValueHeads / Nk
