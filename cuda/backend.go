@@ -60,8 +60,11 @@ type Backend struct {
 	// selectMin: the fewest logits a decode step selects the top of on
 	// the device (Layer.SelectsTop, QPACK_CUDA_SELECT_MIN).
 	selectMin int
-	err       error
-	closed    bool
+	// flushEvery: the Layer submits its queue at every flushEvery-th
+	// Flush (QPACK_CUDA_FLUSH_LAYERS; 1 is every layer, as before).
+	flushEvery int
+	err        error
+	closed     bool
 
 	layer       *Layer // the whole-layer device (layer.go), made on first use
 	expertBytes int64  // SetExpertCacheBytes: the device expert cache's budget (0: default)
@@ -141,7 +144,7 @@ func newBackend(dev device) (*Backend, error) {
 	}
 	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0",
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
-		selectMin: selectMinFor(os.Getenv(selectMinEnv))}
+		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv))}
 	b.dev = dev
 	if b.prof == nil {
 		b.dev = withRecorder(dev, &b.stats)

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 
@@ -390,5 +391,54 @@ func TestRecorderLayerGraphsFake(t *testing.T) {
 			}
 			t.Logf("parameters set over 32 steps: %v", g.sets)
 		})
+	}
+}
+
+// Layers grouped into one submission (QPACK_CUDA_FLUSH_LAYERS): a resident
+// decode (every expert in the device cache, routed on the device) gives the
+// CPU's bits, and fewer graph launches a step, down to one queue a step
+// ("step") submitted when the logits are read.
+func TestRecorderFlushLayersFake(t *testing.T) {
+	for _, name := range []string{"qwen3_next-q4g64", "gemma4-q4g32"} {
+		perStep := map[int]float64{}
+		for _, every := range []int{1, 2, flushEveryFor("step")} {
+			b, _ := graphBackend(t)
+			b.flushEvery = every
+			ref, m := loadBoth(t, name, b)
+			rs, st := ref.NewState(), m.NewState()
+			routeEveryExpert(t, ref, rs)
+			routeEveryExpert(t, m, st)
+			var s0 Stats
+			for i := range 24 {
+				if i == 8 { // the first steps capture
+					s0 = b.Stats()
+				}
+				tok := []int{(5*i + 2) % m.Config.Vocab}
+				want, err := ref.Forward(rs, tok, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := m.Forward(st, tok, nil)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				sameBits(t, fmt.Sprintf("%s, flush every %d, step %d", name, every, i), got, want)
+			}
+			s := b.Stats()
+			perStep[every] = float64(s.GraphLaunches-s0.GraphLaunches) / 16
+			t.Logf("%s, flush every %d: %.2f graph launches a step, %d captures over 16 steps", name, every, perStep[every], s.GraphCaptures-s0.GraphCaptures)
+		}
+		one, two, step := perStep[1], perStep[2], perStep[flushEveryFor("step")]
+		if !(two < one) || !(step < two) || step > 1 {
+			t.Errorf("%s: graph launches a step %.2f (every layer), %.2f (every 2), %.2f (a step): not fewer, or a step not one queue", name, one, two, step)
+		}
+	}
+}
+
+func TestFlushEveryFor(t *testing.T) {
+	for v, want := range map[string]int{"": 1, "1": 1, "3": 3, "0": 1, "-2": 1, "x": 1, "step": math.MaxInt} {
+		if got := flushEveryFor(v); got != want {
+			t.Errorf("flushEveryFor(%q) = %d, want %d", v, got, want)
+		}
 	}
 }

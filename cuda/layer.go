@@ -40,6 +40,7 @@ type Layer struct {
 	kernels    bool            // ops run the layer kernels (else the host path)
 	selBuf     []int32         // SelectTop's download, kept between passes
 	refused    map[string]bool // ops a kernel refused a shape of (logged once)
+	flushes    int             // Flush calls so far (Backend.flushEvery)
 	// Routing on the device (layer_moe.go): the layers' expert tables,
 	// tables replaced since the streams were idle, the fault word (in
 	// mapped host memory: faultHost on the host, fault on the device), and
@@ -172,7 +173,8 @@ func (l *Layer) Flush() error {
 		return errClosed
 	}
 	l.experts.flush()
-	if r, ok := l.b.dev.(*recorder); ok {
+	l.flushes++
+	if r, ok := l.b.dev.(*recorder); ok && l.flushes%max(l.b.flushEvery, 1) == 0 {
 		if err := r.flush(); err != nil {
 			l.fail("Flush", err)
 		}

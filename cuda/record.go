@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"strconv"
 	"unsafe"
 )
 
@@ -63,6 +65,30 @@ const (
 )
 
 const graphsEnv = "QPACK_CUDA_GRAPHS"
+
+// flushLayersEnv groups layers into one submission: the Layer's queue is
+// submitted at every n-th Flush instead of every one (n = 1, the default),
+// so that n layers replay as one graph. Between two graphs the GPU idles a
+// few microseconds (the thirteenth session's timeline: 14-18% of a
+// resident decode step's GPU time between queues); a longer queue
+// leaves the GPU fewer of those gaps but starts later. Anything that reads
+// a result or orders another stream against the queue still submits it
+// first, so the grouping never changes what runs, only when it is
+// submitted. A benchmark switch: "step" never submits at Flush (a decode
+// step becomes one queue, submitted when its logits are read).
+const flushLayersEnv = "QPACK_CUDA_FLUSH_LAYERS"
+
+// flushEveryFor parses flushLayersEnv: a positive count of layers, or
+// "step"; anything else is the default, 1.
+func flushEveryFor(v string) int {
+	if v == "step" {
+		return math.MaxInt
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
 
 type opKind uint8
 
