@@ -51,6 +51,9 @@ type Backend struct {
 	// the routed experts' slot k (QPACK_CUDA_SHARED_SLOT=0: A/B runs;
 	// tests cover both).
 	noSharedSlot bool
+	// fuse is the set of decode fusions the Layer makes
+	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).
+	fuse fuseSet
 	// stagedReads copies every download through staging, even into
 	// pinned memory from Alloc (QPACK_CUDA_DIRECT_READ=0: A/B runs).
 	stagedReads bool
@@ -131,6 +134,10 @@ func newBackend(dev device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	fuse, err := parseFuse(os.Getenv(fuseEnv))
+	if err != nil {
+		return nil, err
+	}
 	version, log, err := dev.compile(src, "qpack_kernels.cu")
 	if err != nil {
 		return nil, fmt.Errorf("cuda: compiling the kernels for %s: %w", dev.name(), err)
@@ -143,6 +150,7 @@ func newBackend(dev device) (*Backend, error) {
 		version += " with " + defs
 	}
 	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0",
+		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv))}
 	b.dev = dev

@@ -209,3 +209,67 @@ func deltaNetColsCheck(t *testing.T, b *Backend, up func([]float32) devptr, get 
 		}
 	}
 }
+
+// deltanet_rec_cols normalising q and k itself over one token (DNRec's
+// qscale, a decode step's deltanet_qknorm launch saved) gives the bits of
+// deltanet_qknorm then deltanet_rec_cols: the kernel bodies on the CPU
+// (cpurun), heads of odd sizes, several value heads a key head.
+func TestDeltaNetInlineQKNormCPU(t *testing.T) {
+	b, d := cpuBackend(t)
+	r := rand.New(rand.NewPCG(9, 13))
+	for _, c := range []struct{ nk, nv, dk, dv int }{
+		{1, 3, 24, 40}, {1, 2, 128, 128}, {2, 2, 33, 97}, {2, 4, 1, 1}, {3, 3, 128, 5}, {1, 1, 7, 128},
+	} {
+		what := fmt.Sprintf("%+v", c)
+		C := 2*c.nk*c.dk + c.nv*c.dv
+		cv := rnd(r, C, 2) // the conv output before the norms
+		z, bb, aa := rnd(r, c.nv*c.dv, 2), rnd(r, c.nv, 3), rnd(r, c.nv, 3)
+		negA, dt, norm := rnd(r, c.nv, 1), rnd(r, c.nv, 1), rnd(r, c.dv, 1)
+		for i := range negA {
+			negA[i] = -float32(math.Abs(float64(negA[i])))
+		}
+		S := rnd(r, c.nv*c.dk*c.dv, 0.5)
+		pZ, pB, pA := d.put(z), d.put(bb), d.put(aa)
+		pNegA, pDt, pNorm := d.put(negA), d.put(dt), d.put(norm)
+		qScale := float32(1 / math.Sqrt(float64(c.dk)))
+		run := func(inline bool) ([]float32, []float32) {
+			pCV := d.put(cv)
+			st, y := d.put(S), d.put(make([]float32, c.nv*c.dv))
+			var qs float32
+			if inline {
+				qs = qScale
+			} else {
+				p := params(make([]byte, 0, sizeDNNorm)).ptr(pCV).u32(1).u32(C).u32(c.nk).u32(c.dk).f32(qScale).u32(0)
+				if err := b.launch("deltanet_qknorm", [3]int{2 * c.nk, 1, 1}, tgThreads, p, sizeDNNorm); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := params(make([]byte, 0, sizeDNRec)).ptr(st).ptr(y).ptr(pCV).ptr(pZ).ptr(pB).ptr(pA).
+				ptr(pNegA).ptr(pDt).ptr(pNorm).
+				u32(1).u32(C).u32(c.nk).u32(c.nv).u32(c.dk).u32(c.dv).f32(1e-6).f32(qs)
+			if err := b.launch("deltanet_rec_cols", [3]int{c.nv * ceilDiv(c.dv, simdWidth), 1, 1}, tgThreads, p, sizeDNRec); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.launch("deltanet_out", [3]int{c.nv, 1, 1}, tgThreads, p, sizeDNRec); err != nil {
+				t.Fatal(err)
+			}
+			return d.get(st, len(S)), d.get(y, c.nv*c.dv)
+		}
+		wantS, wantY := run(false)
+		gotS, gotY := run(true)
+		sameBits(t, what+": state", gotS, wantS)
+		sameBits(t, what+": y", gotY, wantY)
+		if slicesEqualBits(wantS, S) {
+			t.Fatalf("%s: the state did not change", what)
+		}
+	}
+}
+
+func slicesEqualBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}

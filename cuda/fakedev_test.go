@@ -32,6 +32,8 @@ type fakeDev struct {
 	next     devptr
 	fail     error
 	launches []string
+	// qknormed: a deltanet_qknorm ran since the last deltanet_conv.
+	qknormed bool
 	grids    [][3]uint32
 	// gemmLaunchOnly: record gemm launches without computing them (for
 	// tests that pass made-up addresses).
@@ -277,6 +279,8 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 		runtime.CPU{}.MatMul(m, f32s(f.at(u64(4), 4*n*rows)), f32s(f.at(u64(3), 4*n*cols)), n)
 	case "gemv_q4_set", "gemv_q8_set":
 		f.gemvSetOnCPU(k, grid, p)
+	case "gemv_q4_set_norm", "gemv_q8_set_norm", "gemv_q4_set_gnorm", "gemv_q8_set_gnorm", "gemv_q4_set_sigmul", "gemv_q8_set_sigmul":
+		f.gemvSetNormOnCPU(k, grid, p)
 	case "rms_norm":
 		rows, dim := u32(24), u32(28)
 		eps := math.Float32frombits(uint32(u32(32)))
@@ -311,6 +315,67 @@ func (f *fakeDev) split(k string, v int) int {
 		f.t.Fatalf("%s: split %d", k, v)
 	}
 	return v
+}
+
+// gemvSetNormOnCPU computes a fused launch (QGemvSetNorm): its norm as
+// add_rms_norm_rows (the fake's arithmetic for it), then its products as
+// gemv_*_set of the norm, after checking the counter word is zero and the
+// launch one vector.
+func (f *fakeDev) gemvSetNormOnCPU(k string, grid [3]uint32, p []byte) {
+	if len(p) != sizeQGemvSetNorm || grid[1] != 1 {
+		f.t.Fatalf("%s: %d-byte block, grid %v", k, len(p), grid)
+	}
+	u64 := func(off int) devptr { return binary.LittleEndian.Uint64(p[off:]) }
+	x, r, w, y, done := u64(128), u64(192), u64(200), u64(208), u64(216)
+	cols := int(binary.LittleEndian.Uint32(p[172:]))
+	if c := binary.LittleEndian.Uint32(f.at(done, 4)); c != 0 {
+		f.t.Fatalf("%s: the group counter holds %d before the launch", k, c)
+	}
+	kind := binary.LittleEndian.Uint32(p[228:])
+	if strings.HasSuffix(k, "_sigmul") {
+		// The attention's output gate, as sigmoid_mul (the fake's).
+		dv, gs := int(binary.LittleEndian.Uint32(p[256:])), int(binary.LittleEndian.Uint32(p[260:]))
+		if kind != normSigMul || x != y || dv < 1 || cols%dv != 0 {
+			f.t.Fatalf("%s: kind %d, x %#x, y %#x, rows of %d", k, kind, x, y, dv)
+		}
+		f.layerKernel("sigmoid_mul", [3]uint32{uint32(ceilDiv(cols, tgThreads)), 1, 1},
+			params(nil).ptr(x).ptr(r).u32(cols/dv).u32(dv).u32(dv).u32(gs))
+	} else if gated := strings.HasSuffix(k, "_gnorm"); gated {
+		// The fake's deltanet_rec_cols computed y whole, its gated norm
+		// too (see deltanet_out): this launch must follow it, over its y.
+		// Where the recurrence ran elsewhere (cpurun's), y is its output
+		// before the norm: the norm is the host's (nn.DeltaNetHost's).
+		if kind != normGated || x != y || f.dnOut != y && f.dnOut != 0 {
+			f.t.Fatalf("%s: kind %d, x %#x, y %#x: not the deltanet_out of the recurrence before (y %#x)", k, kind, x, y, f.dnOut)
+		}
+		if f.dnOut == 0 {
+			dv := int(binary.LittleEndian.Uint32(p[256:]))
+			eps := math.Float32frombits(binary.LittleEndian.Uint32(p[224:]))
+			o, z, nw := f32s(f.at(y, 4*cols)), f32s(f.at(r, 4*cols)), f32s(f.at(w, 4*dv))
+			for h := 0; h < cols; h += dv {
+				nn.RMSNorm(o[h:h+dv], o[h:h+dv], nw, eps)
+				for j := range dv {
+					o[h+j] *= nn.SiLU(z[h+j])
+				}
+			}
+		}
+		f.dnOut = 0
+	} else {
+		norm := params(nil).ptr(x).ptr(r).ptr(w).ptr(y).u32(1).u32(cols).u32(cols)
+		norm = append(norm, p[224:232]...) // eps, kind
+		norm = norm.u32(0)
+		f.layerKernel("add_rms_norm_rows", [3]uint32{1, 1, 1}, norm)
+	}
+	set := append([]byte(nil), p[:sizeQGemvSet]...)
+	binary.LittleEndian.PutUint64(set[128:], y)
+	f.gemvSetOnCPU(k[:strings.Index(k, "_set")+len("_set")], grid, set)
+	// The router's choice from product 0's logits, as route_topk.
+	if rk := binary.LittleEndian.Uint32(p[248:]); rk != 0 {
+		E := binary.LittleEndian.Uint32(p[136:]) // rows[0]
+		route := params(nil).ptr(u64(96)).ptr(u64(232)).ptr(u64(240)).u32(1).u32(int(E)).u32(int(rk))
+		route = append(route, p[252:256]...) // rnorm
+		f.layerKernel("route_topk", [3]uint32{1, 1, 1}, route)
+	}
 }
 
 // gemvSetOnCPU computes a gemv_*_set launch's products with the CPU
@@ -428,9 +493,9 @@ func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
 
 // layerKernelPtrs is the number of device addresses each whole-layer
 // kernel's parameter block starts with.
-var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "attention": 7, "attention_tile": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "rms_norm_rope": 3, "attention": 7, "attention_tile": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
 	"deltanet_rec": 9, "deltanet_rec_reg": 9, "deltanet_rec_cols": 9, "deltanet_out": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
-	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "route_topk": 3,
+	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "scatter_rows2": 5, "route_topk": 3,
 	"select_chunk": 2, "select_merge": 2, "select_list": 5}
 
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
@@ -483,6 +548,24 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		h.Add(T(ptr(0), rows*width), T(ptr(1), rows*width), rows*width)
 		h.RMSNorm(T(ptr(3), span(rows, ys, width)), T(ptr(0), rows*width), w,
 			nn.NormSpec{Rows: rows, Width: width, YStride: ys, Eps: eps, Kind: kind})
+	case "rms_norm_rope":
+		rows, width, stride, eps, kind := u(0), u(1), u(2), fl(3), nn.NormKind(u(4))
+		pairs, half, perPos, pos0, inter := u(5), u(6), u(7), u(8), u(9) != 0
+		var w nn.Tensor
+		if kind != nn.NormUnit {
+			w = T(ptr(1), width)
+		}
+		x := T(ptr(0), span(rows, stride, width))
+		h.RMSNorm(x, x, w, nn.NormSpec{Rows: rows, Width: width, XStride: stride, YStride: stride, Eps: eps, Kind: kind})
+		r := &nn.RoPE{Half: half, InvFreq: view(ptr(2), pairs), Interleaved: inter}
+		hd := 2 * half // HostDevice's row extent
+		if inter {
+			hd = 2 * pairs
+		}
+		if hd > width {
+			f.t.Fatalf("rms_norm_rope: pairs reach %d of rows of %d", hd, width)
+		}
+		h.RoPE(x, r, nn.RoPESpec{Rows: rows, PerPos: perPos, Stride: stride, Pos0: pos0})
 	case "rope":
 		rows, pairs, half, stride, perPos, pos0, inter := u(0), u(1), u(2), u(3), u(4), u(5), u(6) != 0
 		r := &nn.RoPE{Half: half, InvFreq: view(ptr(1), pairs), Interleaved: inter}
@@ -520,7 +603,9 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		}
 	case "deltanet_conv":
 		f.conv = append([]byte(nil), p...) // run with deltanet_rec
+		f.qknormed = false
 	case "deltanet_qknorm":
+		f.qknormed = true
 	case "deltanet_out":
 		// deltanet_rec_cols computed y whole (the host's arithmetic);
 		// this must be its norm, over the same tensors, right after it.
@@ -538,6 +623,11 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 		cp := func(i int) devptr { return binary.LittleEndian.Uint64(f.conv[8*i:]) }
 		cu := func(j int) int { return int(binary.LittleEndian.Uint32(f.conv[32+4*j:])) }
 		nt, C, nk, nv, dk, dv, eps := u(0), u(1), u(2), u(3), u(4), u(5), fl(6)
+		// q and k normalised by deltanet_qknorm, or by deltanet_rec_cols
+		// itself over one token (its qscale: dk^-1/2).
+		if qs := fl(7); qs == 0 && !f.qknormed || qs != 0 && (f.qknormed || k != "deltanet_rec_cols" || nt != 1 || qs != float32(1/math.Sqrt(float64(dk)))) {
+			f.t.Fatalf("%s: qscale %g over %d tokens after deltanet_qknorm %v", k, qs, nt, f.qknormed)
+		}
 		K := cu(2)
 		if cu(0) != nt || cu(1) != C || cp(3) != ptr(2) {
 			f.t.Fatalf("deltanet_rec does not follow its deltanet_conv")
@@ -590,6 +680,18 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			h.GatherRows(T(ptr(0), n*width), T(ptr(1), far*width), rows, width)
 		} else {
 			h.ScatterRows(T(ptr(0), far*width), T(ptr(1), n*width), rows, width)
+		}
+	case "scatter_rows2":
+		n := u(0)
+		ix := unsafe.Slice((*int32)(unsafe.Pointer(&f.at(ptr(4), 4*n)[0])), n)
+		rows := make([]int, n)
+		far := 0
+		for i, r := range ix {
+			rows[i] = int(r)
+			far = max(far, int(r)+1)
+		}
+		for j, width := range []int{u(1), u(2)} {
+			h.ScatterRows(T(ptr(2*j), far*width), T(ptr(2*j+1), n*width), rows, width)
 		}
 	case "route_topk":
 		nt, E, kk, norm := u(0), u(1), u(2), u(3) != 0

@@ -361,7 +361,8 @@ func routeEveryExpert(t testing.TB, m *runtime.Model, st *runtime.State) {
 
 // Each layer replays a graph of its own: once a decode has captured them,
 // a step's replays set only the parameters that move with the position
-// (RoPE's and attention's), not every node of a graph shared by the
+// (RoPE's, also where it is fused with the norm before it, and
+// attention's), not every node of a graph shared by the
 // layers of one shape (what the recorder did before, ~70 parameter sets a
 // token on these models, each a driver call on the GPU).
 func TestRecorderLayerGraphsFake(t *testing.T) {
@@ -382,7 +383,7 @@ func TestRecorderLayerGraphsFake(t *testing.T) {
 				}
 			}
 			for k, n := range g.sets {
-				if k != "rope" && k != "attention" {
+				if k != "rope" && k != "rms_norm_rope" && k != "attention" {
 					t.Errorf("%d parameter sets of %s over 32 decode steps", n, k)
 				}
 			}
@@ -404,6 +405,7 @@ func TestRecorderFlushLayersFake(t *testing.T) {
 		for _, every := range []int{1, 2, flushEveryFor("step")} {
 			b, _ := graphBackend(t)
 			b.flushEvery = every
+			b.dev.(*recorder).early = false // one queue a step, not two
 			ref, m := loadBoth(t, name, b)
 			rs, st := ref.NewState(), m.NewState()
 			routeEveryExpert(t, ref, rs)
@@ -431,6 +433,52 @@ func TestRecorderFlushLayersFake(t *testing.T) {
 		one, two, step := perStep[1], perStep[2], perStep[flushEveryFor("step")]
 		if !(two < one) || !(step < two) || step > 1 {
 			t.Errorf("%s: graph launches a step %.2f (every layer), %.2f (every 2), %.2f (a step): not fewer, or a step not one queue", name, one, two, step)
+		}
+	}
+}
+
+// The early start: after a sync (a decode step's logits read), the queue
+// goes to the GPU as soon as it holds earlyOps ops. A resident decode gives
+// the CPU's bits with it on and off, and one graph launch a step more
+// with it on (a step's first layer in two parts), each part replayed.
+func TestRecorderEarlyStartFake(t *testing.T) {
+	for _, name := range []string{"qwen3_next-q4g64", "gemma4-q4g32"} {
+		perStep := map[bool]float64{}
+		for _, early := range []bool{false, true} {
+			b, _ := graphBackend(t)
+			r := b.dev.(*recorder)
+			if r.early {
+				t.Fatal("the early start is on by default (it is QPACK_CUDA_EARLY=1's until measured)")
+			}
+			r.early = early
+			ref, m := loadBoth(t, name, b)
+			rs, st := ref.NewState(), m.NewState()
+			routeEveryExpert(t, ref, rs)
+			routeEveryExpert(t, m, st)
+			var s0 Stats
+			for i := range 24 {
+				if i == 8 {
+					s0 = b.Stats()
+				}
+				tok := []int{(3*i + 1) % m.Config.Vocab}
+				want, err := ref.Forward(rs, tok, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := m.Forward(st, tok, nil)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				sameBits(t, fmt.Sprintf("%s, early %v, step %d", name, early, i), got, want)
+			}
+			s := b.Stats()
+			if c := s.GraphCaptures - s0.GraphCaptures; c != 0 {
+				t.Errorf("%s, early %v: %d captures in steps 8-23: a part not replayed", name, early, c)
+			}
+			perStep[early] = float64(s.GraphLaunches-s0.GraphLaunches) / 16
+		}
+		if perStep[true] != perStep[false]+1 {
+			t.Errorf("%s: %.2f graph launches a step with the early start, %.2f without: want one more", name, perStep[true], perStep[false])
 		}
 	}
 }

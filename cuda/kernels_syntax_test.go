@@ -33,6 +33,8 @@ __device__ inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(
 __device__ inline float __shfl_xor_sync(unsigned mask, float v, int lane) {
     return __nvvm_shfl_sync_bfly_f32(mask, v, lane, 0x1f);
 }
+__device__ inline unsigned atomicAdd(unsigned* p, unsigned v) { return unsigned(__nvvm_atom_add_gen_i((int*)p, int(v))); }
+__device__ inline void __threadfence() { __nvvm_membar_gl(); }
 `
 
 // clangCUDA compiles src for sm_80 with clang's CUDA front end (no CUDA

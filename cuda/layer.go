@@ -52,8 +52,13 @@ type Layer struct {
 	faultArmed bool
 	shared     map[*devMat]*sharedExpert // shared experts' tables, by their gate matrix
 	consts     devptr                    // zeros and ones for them (moeConsts)
-	closed     bool
-	released   bool
+	// pend is a deferred one-row AddRMSNorm, pset a fused launch held
+	// back, normDone the fused kernels' group counter (layer_normfuse.go).
+	pend     pendingNorm
+	pset     pendingSet
+	normDone devptr
+	closed   bool
+	released bool
 }
 
 var _ nn.Device = (*Layer)(nil)
@@ -108,10 +113,9 @@ func (l *Layer) Name() string { return "cuda layers on " + l.b.dev.name() }
 // when the Layer can no longer be used or an error is pending, in which
 // case the caller skips its work but must still unlock.
 func (l *Layer) lock() bool {
-	l.b.mu.Lock()
-	if l.closed || l.b.closed {
-		l.closed = true
-		l.fail("", errClosed)
+	ok := l.lockKeep()
+	if ok {
+		l.flushPending() // every op but those that may fuse it follows it
 	}
 	return l.err == nil
 }
@@ -144,6 +148,7 @@ func (l *Layer) EndPass() error {
 	if l.closed || l.b.closed {
 		return errClosed
 	}
+	l.flushPending()
 	if err := l.b.dev.syncAll(); err != nil {
 		l.fail("EndPass", err)
 	} else {
@@ -208,6 +213,7 @@ func (l *Layer) release() error {
 	}
 	l.owned = map[devptr]int64{}
 	l.tables, l.retired, l.fault, l.shared, l.consts = nil, nil, 0, nil, 0
+	l.pend, l.pset, l.normDone = pendingNorm{}, pendingSet{}, 0
 	if l.faultHost != nil {
 		errs = append(errs, l.b.dev.hostFree(l.faultHost))
 		l.faultHost = nil

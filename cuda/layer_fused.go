@@ -29,6 +29,9 @@ func (l *Layer) AddRMSNorm(x, r, y, w nn.Tensor, s nn.NormSpec) {
 	if s.XStride != 0 && s.XStride != s.Width {
 		panic(fmt.Sprintf("cuda: AddRMSNorm: x stride %d, want its rows contiguous (width %d)", s.XStride, s.Width))
 	}
+	if l.deferNorm(x, r, y, w, s) {
+		return // queued by the next op: fused into its products, or alone (layer_normfuse.go)
+	}
 	if !l.addRMSNorm(x, r, y, w, s) {
 		l.Add(x, r, s.Rows*s.Width)
 		l.RMSNorm(y, x, w, s)
@@ -116,7 +119,7 @@ func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
 		}
 	}
 	var rest []nn.Product
-	ok := l.lock()
+	ok := l.lockKeep() // a pending norm may fuse into the first launch (launchSet)
 	defer l.unlock()
 	if !ok {
 		return nil // the error is kept; MatMul would skip them too
@@ -159,7 +162,7 @@ func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
 				p := ps[j]
 				set.add(p.W.Dev.(*devMat), addr(p.Y, n*p.W.W.Rows), p.W.W)
 			}
-			if err := l.b.gemvSet(k, set, xp, n); err != nil {
+			if err := l.launchSet(k, set, xp, n); err != nil {
 				l.fail("MatMuls", err)
 				return nil
 			}
@@ -187,8 +190,18 @@ func (s *gemvSet) add(d *devMat, y devptr, m mlxq.Matrix) {
 // gemvSet queues one gemv_*_set launch of up to gemvSetMax products of x
 // (n vectors, n ≤ maxGridY).
 func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
+	p, blocks, err := b.gemvSetBlock(k, s, xp, n)
+	if err != nil {
+		return err
+	}
+	return b.launch(k.kernel, [3]int{blocks, n, 1}, tgThreads, p, sizeQGemvSet)
+}
+
+// gemvSetBlock is a gemv_*_set launch's parameter block (QGemvSet) and
+// the row blocks of its grid.
+func (b *Backend) gemvSetBlock(k setKey, s gemvSet, xp devptr, n int) (params, int, error) {
 	if s.n < 1 || s.n > gemvSetMax || n < 1 || n > maxGridY {
-		return fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, s.n, n)
+		return nil, 0, fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, s.n, n)
 	}
 	total := 0
 	for _, r := range s.rows {
@@ -216,5 +229,5 @@ func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
 		blocks += ceilDiv(r, per)
 	}
 	p = p.u32(s.n).u32(k.cols).u32(k.group).u32(k.stype).u32(split).u32(0)
-	return b.launch(k.kernel, [3]int{blocks, n, 1}, tgThreads, p, sizeQGemvSet)
+	return p, blocks, nil
 }

@@ -101,6 +101,15 @@ type deltaNetPtrs struct {
 	Conv                 devptr // [C][K]
 	NegA, DtBias         devptr // [Nv]
 	Norm                 devptr // [Dv]
+	// DeferOut: where the recurrence runs as deltanet_rec_cols, queue
+	// deltanet_out not but leave its parameter block in Out (the Layer
+	// defers it: layer_normfuse.go).
+	DeferOut bool
+	Out      params
+	// InlineQKNorm: a chunk of one token whose recurrence runs as
+	// deltanet_rec_cols normalises q and k there (DNRec.qscale) instead of
+	// in a deltanet_qknorm launch.
+	InlineQKNorm bool
 }
 
 // kRMSNorm normalises s.Rows rows of s.Width floats as nn.NormSpec says
@@ -258,14 +267,20 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 	if err := b.launch("deltanet_conv", [3]int{ceilDiv(C, simdWidth), 1, 1}, tgThreads, p, sizeDNConv); err != nil {
 		return err
 	}
-	qScale := float32(1 / math.Sqrt(float64(a.Dk))) // as nn.DeltaNetHost
-	p = params(make([]byte, 0, sizeDNNorm)).ptr(a.Scratch).u32(a.T).u32(C).u32(a.Nk).u32(a.Dk).f32(qScale).u32(0)
-	if err := b.launch("deltanet_qknorm", [3]int{a.T * 2 * a.Nk, 1, 1}, tgThreads, p, sizeDNNorm); err != nil {
-		return err
+	qScale := float32(1 / math.Sqrt(float64(a.Dk)))         // as nn.DeltaNetHost
+	cols := a.Dk <= 128 && a.Dv <= 128 && b.dnCols.use(a.T) // QK_DNR_MAXD: deltanet_rec_cols
+	var inline float32
+	if cols && a.InlineQKNorm && a.T == 1 {
+		inline = qScale
+	} else {
+		p = params(make([]byte, 0, sizeDNNorm)).ptr(a.Scratch).u32(a.T).u32(C).u32(a.Nk).u32(a.Dk).f32(qScale).u32(0)
+		if err := b.launch("deltanet_qknorm", [3]int{a.T * 2 * a.Nk, 1, 1}, tgThreads, p, sizeDNNorm); err != nil {
+			return err
+		}
 	}
 	p = params(make([]byte, 0, sizeDNRec)).ptr(a.State).ptr(a.Y).ptr(a.Scratch).ptr(a.Z).ptr(a.B).ptr(a.A).
 		ptr(a.NegA).ptr(a.DtBias).ptr(a.Norm).
-		u32(a.T).u32(C).u32(a.Nk).u32(a.Nv).u32(a.Dk).u32(a.Dv).f32(a.Eps).u32(0)
+		u32(a.T).u32(C).u32(a.Nk).u32(a.Nv).u32(a.Dk).u32(a.Dv).f32(a.Eps).f32(inline)
 	// Heads up to 128 x 128 (the real models') keep the state in registers
 	// over the chunk (deltanet_rec_reg, same parameters and bits):
 	// deltanet_rec reads it twice and writes it once per token, 6.3 µs a
@@ -276,9 +291,13 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 		// The recurrence over a quarter of a head's columns per group
 		// (four times the groups), its norm and gate after it: the same
 		// bits.
-		if b.dnCols.use(a.T) {
+		if cols {
 			if err := b.launch("deltanet_rec_cols", [3]int{a.Nv * ceilDiv(a.Dv, simdWidth), 1, 1}, tgThreads, p, sizeDNRec); err != nil {
 				return err
+			}
+			if a.DeferOut {
+				a.Out = p
+				return nil
 			}
 			return b.launch("deltanet_out", [3]int{a.T * a.Nv, 1, 1}, tgThreads, p, sizeDNRec)
 		}
@@ -357,6 +376,27 @@ func (b *Backend) rowsCopy(kernel string, dst, src, rows devptr, n, far, width i
 func (b *Backend) kScatterRows(dst, src, rows devptr, n, dstRows, width int) error {
 	return b.rowsCopy("scatter_rows", dst, src, rows, n, dstRows, width)
 }
+
+// kScatterRows2 is kScatterRows of src0 into dst0 (rows of width0) and of
+// src1 into dst1 (rows of width1) over the same rows, in one launch
+// (scatter_rows2).
+func (b *Backend) kScatterRows2(dst0, src0, dst1, src1, rows devptr, n, dstRows, width0, width1 int) error {
+	if n == 0 || width0+width1 == 0 {
+		return nil
+	}
+	if n < 0 || width0 < 0 || width1 < 0 || dstRows < 1 {
+		return fmt.Errorf("cuda: kernel scatter_rows2: n %d, widths %d and %d, rows %d", n, width0, width1, dstRows)
+	}
+	if err := checkExt("scatter_rows2", int64(n)*int64(width0+width1), int64(dstRows)*int64(max(width0, width1))); err != nil {
+		return err
+	}
+	p := params(make([]byte, 0, sizeRows2)).ptr(dst0).ptr(src0).ptr(dst1).ptr(src1).ptr(rows).
+		u32(n).u32(width0).u32(width1).u32(0)
+	return b.launch1D("scatter_rows2", n*(width0+width1), p, sizeRows2)
+}
+
+// sizeRows2 is the size of Rows2Params (internal/gpukernels/60_gather.qk).
+const sizeRows2 = 56
 
 // kGLU writes act(gate)·up into y (n floats; y may be gate or up).
 func (b *Backend) kGLU(act nn.Activation, y, gate, up devptr, n int) error {

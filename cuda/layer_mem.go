@@ -108,7 +108,7 @@ func (l *Layer) Temp(n int) nn.Tensor {
 	if n < 0 {
 		panic(fmt.Sprintf("cuda: Temp(%d)", n))
 	}
-	ok := l.lock()
+	ok := l.lockKeep() // new memory: a pending norm stays pending
 	defer l.unlock()
 	if !ok {
 		return nn.Tensor{Buf: &devBuf{n: n}, N: n}

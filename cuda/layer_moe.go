@@ -100,7 +100,7 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 	if s.Scale != nil && (len(s.Scale) < s.E || s.ScaleDev.N < s.E) {
 		return false
 	}
-	ok := l.lock()
+	ok := l.lockKeep() // the router's launch may be pending: it may make the choice (routeFused)
 	defer l.unlock()
 	if !ok || !l.kernels {
 		return false
@@ -129,6 +129,10 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 	}
 	// Past here the work is queued (or the device error kept): true.
 	lp, xp, op := addr(s.Logits, T*E), addr(s.X, T*H), addr(s.Out, T*H)
+	fused := l.routeFused(lp, T, E, k) && xp%16 == 0
+	if !fused {
+		l.flushPending()
+	}
 	var sp devptr
 	if s.Scale != nil {
 		sp = addr(s.ScaleDev, E)
@@ -160,7 +164,14 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 		l.fail("RouteExperts", err)
 		return true
 	}
-	if err := l.b.kRouteTopK(sel, wts, lp, T, E, k, s.Norm); err != nil {
+	if fused {
+		ps := l.pset
+		l.pset = pendingSet{}
+		err = l.b.gemvSetNorm(ps.k, ps.s, ps.norm, ps.done, routeArgs{sel: sel, wts: wts, k: k, norm: s.Norm})
+	} else {
+		err = l.b.kRouteTopK(sel, wts, lp, T, E, k, s.Norm)
+	}
+	if err != nil {
 		l.fail("RouteExperts", err)
 		return true
 	}

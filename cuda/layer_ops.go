@@ -81,7 +81,7 @@ func (l *Layer) hostOp(op string, ts []nn.Tensor, nout int, fn func(h []nn.Tenso
 // resident (no device copy: a weight a Binding could not upload) is copied
 // into the pass's arena first.
 func (l *Layer) MatMul(w nn.Mat, y, x nn.Tensor, n int) {
-	if n <= 0 {
+	if n <= 0 || l.matMulFused(w, y, x, n) {
 		return
 	}
 	ok := l.lock()
@@ -136,6 +136,9 @@ func (l *Layer) matMul(d *devMat, m mlxq.Matrix, yp, xp devptr, n int) error {
 
 // RMSNorm implements nn.Device.
 func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
+	if l.deferRowsNorm(y, x, w, s) {
+		return // queued by the next op: with the RoPE of the same rows, or alone (layer_normfuse.go)
+	}
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
@@ -163,6 +166,9 @@ func (l *Layer) RMSNorm(y, x, w nn.Tensor, s nn.NormSpec) {
 
 // RoPE implements nn.Device.
 func (l *Layer) RoPE(x nn.Tensor, r *nn.RoPE, s nn.RoPESpec) {
+	if l.ropeFused(x, r, s) {
+		return
+	}
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {
@@ -281,7 +287,16 @@ func (l *Layer) DeltaNet(st nn.TensorState, a *nn.DeltaNetArgs) {
 			Y: addr(a.Y, T*a.Nv*a.Dv), Mixed: addr(a.Mixed, T*C), Z: addr(a.Z, T*a.Nv*a.Dv),
 			B: addr(a.B, T*a.Nv), A: addr(a.A, T*a.Nv), Conv: addr(a.Conv, C*a.K),
 			NegA: addr(a.NegA, a.Nv), DtBias: addr(a.DtBias, a.Nv), Norm: addr(a.Norm, a.Dv)}
+		// One token's gated output norm may fuse into the output
+		// projection that follows (layer_normfuse.go).
+		W := a.Nv * a.Dv
+		p.DeferOut = l.b.fuses(fuseGNorm) && T == 1 && W <= xsCols && a.Dv <= tgThreads
+		p.InlineQKNorm = l.b.fuses(fuseQKNorm)
 		if l.kernel("DeltaNet", l.b.kDeltaNet(p)) {
+			if p.Out != nil {
+				l.pend = pendingNorm{kind: pendGated, x: p.Y, r: p.Z, y: p.Y, w: p.Norm, dv: a.Dv,
+					s: nn.NormSpec{Rows: 1, Width: W, Eps: a.Eps}, out: p.Out, outGroups: a.Nv}
+			}
 			return
 		}
 	}
@@ -407,6 +422,9 @@ func (l *Layer) GLU(act nn.Activation, y, gate, up nn.Tensor, n int) {
 
 // SigmoidMul implements nn.Device.
 func (l *Layer) SigmoidMul(o, g nn.Tensor, rows, width, oStride, gStride int) {
+	if l.deferSigmoidMul(o, g, rows, width, oStride, gStride) {
+		return // queued by the next op: with the product that reads o, or alone (layer_normfuse.go)
+	}
 	ok := l.lock()
 	defer l.unlock()
 	if !ok {

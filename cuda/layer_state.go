@@ -185,6 +185,9 @@ func (s *kvState) scatter(K, V devptr, T int) error {
 	if err != nil {
 		return err
 	}
+	if s.l.b.fuses(fuseKV) { // both in one launch (else two)
+		return s.l.b.kScatterRows2(s.k, K+4*uint64(i0*s.kw), s.v, V+4*uint64(i0*s.vw), ix, len(rows), s.rows, s.kw, s.vw)
+	}
 	if err := s.l.b.kScatterRows(s.k, K+4*uint64(i0*s.kw), ix, len(rows), s.rows, s.kw); err != nil {
 		return err
 	}

@@ -192,6 +192,7 @@ func TestLayerTinyModelsFake(t *testing.T) {
 		t.Run(map[bool]string{true: "kernels", false: "host"}[kernels], func(t *testing.T) {
 			// One backend for every model, as on the GPU.
 			b, f := fakeBackend(t)
+			b.fuse = fuseAll // every fusion, counted below
 			b.Layer().kernels = kernels
 			compareTiny(t, func(*testing.T) *Backend { return b }, func(string) float64 { return 0 })
 			all := b.Stats()
@@ -206,6 +207,31 @@ func TestLayerTinyModelsFake(t *testing.T) {
 			// logits above, on the fake); the host path never does.
 			if kernels != (all.RoutedLayers > 0) {
 				t.Errorf("kernels %v: %d layers routed on the device", kernels, all.RoutedLayers)
+			}
+			// Decode steps fuse their one-row residual norms into the
+			// products that read them (layer_normfuse.go); the host path
+			// never does.
+			// So do the DeltaNet's gated output norms (qwen models); the
+			// attention layers' q and k norms take their RoPE along, their
+			// keys and values go to the cache in one launch, and the Qwen
+			// output gate goes into the output projection.
+			fused, gated, attn, sigmul := 0, 0, 0, 0
+			for _, k := range f.launches {
+				if strings.HasSuffix(k, "_set_norm") {
+					fused++
+				}
+				if strings.HasSuffix(k, "_set_gnorm") {
+					gated++
+				}
+				if k == "scatter_rows2" || k == "rms_norm_rope" || strings.HasSuffix(k, "_set_sigmul") {
+					attn++
+				}
+				if strings.HasSuffix(k, "_set_sigmul") {
+					sigmul++
+				}
+			}
+			if kernels != (fused > 0) || kernels != (gated > 0) || kernels != (attn > 0) || kernels != (sigmul > 0) {
+				t.Errorf("kernels %v: %d fused norm launches, %d fused gated norms, %d fused launches of attention layers", kernels, fused, gated, attn)
 			}
 			// The models are closed: their weights, experts and states
 			// have left the device; what is left is the Layer's arena and

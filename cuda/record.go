@@ -159,7 +159,24 @@ type recorder struct {
 	graphs []*recGraph     // most recently used first
 	stats  *Stats
 	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
+	// early: submit the queue as soon as it holds earlyOps ops when the
+	// compute stream has drained (idle: a sync since the last submission;
+	// QPACK_CUDA_EARLY=1 turns it on: not yet measured on a GPU).
+	early, idle bool
 }
+
+// earlyEnv turns on the early start (recorder.early).
+const earlyEnv = "QPACK_CUDA_EARLY"
+
+// earlyOps is how many ops a queue holds when the recorder submits it
+// early: after a wait for the GPU (a decode step's logits), the GPU has
+// nothing to run until the host submits, and the host took 32.6 µs to
+// queue the first layer of a step (H200, fourteenth session's timeline):
+// submitting its first ops as soon as they are queued starts the GPU
+// while the host queues the rest. Deterministic (the same split every
+// step), so both parts replay as graphs; a queue this short is still a
+// graph (graphMinOps).
+const earlyOps = graphMinOps
 
 // withRecorder wraps dev in a recorder when it can run graphs and they are
 // not switched off.
@@ -168,7 +185,8 @@ func withRecorder(dev device, stats *Stats) device {
 	if !ok || os.Getenv(graphsEnv) == "0" {
 		return dev
 	}
-	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{}}
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{},
+		early: os.Getenv(earlyEnv) == "1"}
 }
 
 var _ device = (*recorder)(nil)
@@ -209,8 +227,15 @@ func (r *recorder) eventSync(e event) error {
 	return r.waited(r.then(func() error { return r.d.eventSync(e) }))
 }
 func (r *recorder) freeEvent(e event) error { return r.then(func() error { return r.d.freeEvent(e) }) }
-func (r *recorder) sync() error             { return r.waited(r.then(r.d.sync)) }
-func (r *recorder) syncAll() error          { return r.waited(r.then(r.d.syncAll)) }
+func (r *recorder) sync() error             { return r.drained(r.waited(r.then(r.d.sync))) }
+func (r *recorder) syncAll() error          { return r.drained(r.waited(r.then(r.d.syncAll))) }
+
+// drained notes that the compute stream has run everything submitted
+// (after a sync that returned nil), for the early start; err passes on.
+func (r *recorder) drained(err error) error {
+	r.idle = err == nil
+	return err
+}
 
 // waited notes the end of a wait for the GPU for the timeline's host
 // figures (the host's time from it to the next queue), passing err on.
@@ -249,33 +274,34 @@ func (r *recorder) launch(f uintptr, grid, block [3]uint32, params []byte) error
 	p0 := len(r.params)
 	r.params = append(r.params, params...)
 	r.ops = append(r.ops, recOp{kind: opLaunch, fn: f, grid: grid, block: block, p0: p0, p1: len(r.params)})
-	r.queued()
-	return nil
+	return r.queued()
 }
 
 func (r *recorder) htod(dst devptr, src []byte) error {
 	r.ops = append(r.ops, recOp{kind: opHtoD, dst: dst, host: src, n: len(src)})
-	r.queued()
-	return nil
+	return r.queued()
 }
 
 func (r *recorder) dtod(dst, src devptr, n int) error {
 	r.ops = append(r.ops, recOp{kind: opDtoD, dst: dst, src: src, n: n})
-	r.queued()
-	return nil
+	return r.queued()
 }
 
 func (r *recorder) memset(dst devptr, n int) error {
 	r.ops = append(r.ops, recOp{kind: opMemset, dst: dst, n: n})
-	r.queued()
-	return nil
+	return r.queued()
 }
 
-// queued notes a queued op for the timeline's host figures.
-func (r *recorder) queued() {
+// queued notes a queued op for the timeline's host figures, and submits
+// the queue early when the GPU is idle and it holds earlyOps ops.
+func (r *recorder) queued() error {
 	if r.tl != nil {
 		r.tl.queued()
 	}
+	if r.idle && r.early && len(r.ops) >= earlyOps {
+		return r.flush()
+	}
+	return nil
 }
 
 // then submits the queue, then runs fn.
@@ -293,6 +319,7 @@ func (r *recorder) flush() error {
 	}
 	ops, params := r.ops, r.params
 	defer func() { r.ops, r.params = ops[:0], params[:0] }()
+	r.idle = false
 
 	submit := func(graph bool, fn func() error) error {
 		if r.tl == nil {

@@ -36,6 +36,11 @@ func TestParamStructSizes(t *testing.T) {
 	if !strings.Contains(src, fmt.Sprintf("#define QP_XS_COLS %d\n", stagedCols)) {
 		t.Errorf("QP_XS_COLS in the kernel source differs from stagedCols=%d (matCases' in-place rows)", stagedCols)
 	}
+	// The staged x is read as float4s: declared as plain floats it can
+	// lie at 4 bytes past a 16-byte line (memcheck on the H100, 2026-12-05).
+	if m := regexp.MustCompile(`QP_SHARED\s+float\s+xs\s*\[`).FindString(src); m != "" {
+		t.Errorf("kernel source declares a staged x as %q: use QP_XS_DECL (16-byte aligned)", m)
+	}
 	bounded := regexp.MustCompile(`QP_KERNEL_BOUNDS\([A-Z_0-9]+\) (\w+)\(`)
 	withBounds := map[string]bool{}
 	for _, m := range bounded.FindAllStringSubmatch(src, -1) {

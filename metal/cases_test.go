@@ -567,6 +567,7 @@ func runKernelCases(t *testing.T, b *Backend, layer bool) {
 			}
 			t.Logf("layer device: %d kernels in %d command buffers", st.Launches-before.Launches, st.Submits-before.Submits)
 		})
+		t.Run("fused-shared", func(t *testing.T) { testFusedShared(t, b.LayerDevice().(*Device)) })
 	}
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, b) })
 	t.Run("norms", func(t *testing.T) { testNorms(t, b) })

@@ -73,6 +73,7 @@ QP_DEVICE void qp_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 
 #define QP_GROUP_X ((unsigned)blockIdx.x)
 #define QP_GROUP_Y ((unsigned)blockIdx.y)
 #define QP_GLOBAL_X ((unsigned)(blockIdx.x * blockDim.x + threadIdx.x))
+#define QP_GROUPS ((unsigned)(gridDim.x * gridDim.y)) // groups of the launch (x·y)
 
 // Threads per group (every launch), simdgroup width, simdgroups per group.
 #define QP_TG 256
@@ -119,6 +120,12 @@ QP_DEVICE float qp_simd_max(float v) {
 // A float's bits and back.
 QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
 QP_DEVICE uint qp_as_uint(float x) { return __float_as_uint(x); }
+
+// *p += v, atomically for the whole device; the value before.
+QP_DEVICE uint qp_atomic_add(uint* p, uint v) { return atomicAdd(p, v); }
+// This thread's memory accesses before the fence are seen by every thread
+// of the device before its accesses after it.
+QP_DEVICE void qp_fence() { __threadfence(); }
 
 QP_DEVICE float qp_half_to_float(ushort h) {
     float f;

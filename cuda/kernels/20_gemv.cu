@@ -82,6 +82,14 @@ QP_DEVICE uint qp_word_of(qp_uint4 q, uint i) { return i == 0 ? q.x : i == 1 ? q
 #define QP_XS_PAD 4
 #define QP_XS_COLS 8192
 #define QP_XS_FLOATS (QP_XS_COLS / 16 * (16 + QP_XS_PAD)) // the 8-bit layout, the larger: 40 KiB
+// Declares the staged x, n floats (a multiple of 4), in threadgroup memory
+// aligned to 16 bytes: its chunks are read as float4s, and a float array
+// is aligned to 4 only (the fused kernels' other shared variables, a uint
+// among them, put it at ...4 on the H100: misaligned reads, memcheck,
+// 2026-12-05).
+#define QP_XS_DECL(name, n)                                                                                  \
+    QP_SHARED qp_float4 name##_storage[(n) / 4];                                                             \
+    QP_SHARED_PTR float* name = (QP_SHARED_PTR float*)name##_storage
 // QP_GEMV_STAGE 0 reads x in place always (an A/B switch for benchmarks:
 // QPACK_CUDA_DEFINES, cuda/kernels.go).
 #ifndef QP_GEMV_STAGE
@@ -216,19 +224,29 @@ QP_DEVICE void qp_prefetch_lines(QP_GLOBAL const uchar* p, ulong n, uint lane) {
     }
 }
 
+// Rows row0 .. row0+n-1 (those that exist) of a 4- or 8-bit matrix, by
+// one simdgroup.
 template <int BITS>
-QP_DEVICE void qp_prefetch_rows(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b,
-                                uint rows, uint cols, uint group, uint stype, uint row0) {
-    if (QP_GROUP_Y != 0 || row0 >= rows) {
+QP_DEVICE void qp_prefetch_q(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b,
+                             uint rows, uint cols, uint group, uint stype, uint row0, uint n) {
+    if (row0 >= rows) {
         return;
     }
-    ulong n = QP_MIN(uint(QP_QROWS), rows - row0);
+    n = QP_MIN(n, rows - row0);
     ulong rowBytes = ulong(cols) * BITS / 8;
     ulong sRow = ulong(cols / group) * (stype == QP_F32 ? 4 : 2);
     uint lane = QP_LANE;
     qp_prefetch_lines(w + row0 * rowBytes, n * rowBytes, lane);
     qp_prefetch_lines(s + row0 * sRow, n * sRow, lane);
     qp_prefetch_lines(b + row0 * sRow, n * sRow, lane);
+}
+
+template <int BITS>
+QP_DEVICE void qp_prefetch_rows(QP_GLOBAL const uchar* w, QP_GLOBAL const uchar* s, QP_GLOBAL const uchar* b,
+                                uint rows, uint cols, uint group, uint stype, uint row0) {
+    if (QP_GROUP_Y == 0) {
+        qp_prefetch_q<BITS>(w, s, b, rows, cols, group, stype, row0, QP_QROWS);
+    }
 }
 
 // The rows row0 .. row0+QP_QROWS-1 of y from the lanes' partial sums acc:
@@ -285,7 +303,7 @@ QP_DEVICE void qp_gemv_q(QGemv p) {
     uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
     if (part == 0) qp_prefetch_rows<BITS>(p.w, p.s, p.b, p.rows, p.cols, p.group, p.stype, row0);
     qp_grid_begin();
-    QP_SHARED float xs[QP_XS_FLOATS];
+    QP_XS_DECL(xs, QP_XS_FLOATS);
     bool active = row0 < p.rows;
     ulong v = QP_GROUP_Y;
     QP_GLOBAL const float* x = p.x + v * p.cols;
@@ -339,8 +357,206 @@ struct QGemvSet {
 };
 QP_STATIC_ASSERT(sizeof(QGemvSet) == 192, "QGemvSet layout");
 
+// The residual add and RMSNorm fused into a set's products (a decode
+// step's norm of the residual stream followed by the products that read
+// that norm: nn.AddRMSNorm then nn.MatMuls, cuda/layer_normfuse.go): x +=
+// r, y = the norm of the sum, and the products of y, in one launch instead
+// of two. Every group forms the sum and its norm for itself, straight into
+// its staged x, as add_rms_norm_rows forms them (each thread's elements in
+// the same order for the sum of squares, the same group reduction, the
+// same arithmetic: the same bits); then the products, as gemv_*_set
+// computes them. Since every group reads x and x is updated in place, the
+// sum and the norm are stored by the last group only: each group adds one
+// to *done after its reads of x and r (at its end), and the group that
+// brings it to the grid's size stores x and y and sets *done back to zero
+// for the next launch. One vector (n = 1) of at most QP_XS_COLS elements.
+// With rk > 0, product 0 is a router's (E = rows[0] logits) and the last
+// group also makes the token's choice of rk experts from them, as
+// route_topk makes it (qk_route_token, internal/gpukernels/70_route.qk):
+// the MoE's router and its top-k in one launch with the norm before them.
+// Every group fences its stores of the products before it counts itself
+// done, and the last group fences after it has seen the count, so the
+// logits the other groups stored are what it reads.
+struct QGemvSetNorm {
+    QGemvSet m;      // the products; m.x is the residual stream x [m.cols], updated
+    const float* r;  // [cols]: added into x
+    const float* nw; // [cols]: the norm's weight (unused for QK_NORM_UNIT)
+    float* y;        // [cols]: the norm of the sum, the products' input
+    uint* done;      // [1]: groups past their reads of x; zero between launches
+    float eps;
+    uint kind;  // QK_NORM_*
+    int* sel;   // [rk]: the experts chosen (route_topk's sel)
+    float* wts; // [rk]: their weights
+    uint rk;    // experts a token chooses; 0: no choice
+    uint rnorm; // the weights renormalised to sum one
+    uint dv;    // QP_NORM_GATED: the heads' width; QP_NORM_SIGMUL: the rows'
+    uint gs;    // QP_NORM_SIGMUL: the gate's row stride
+};
+QP_STATIC_ASSERT(sizeof(QGemvSetNorm) == 264, "QGemvSetNorm layout");
+
+// kind QP_NORM_GATED (gemv_*_set_gnorm): the DeltaNet's gated norm of its
+// output heads fused into the product that reads it (the mixer's output
+// projection): x = m.x holds the cols / dv heads of dv (the recurrence's
+// output), r the gate z, nw the norm's weight [dv]; the staged vector and
+// y (in place over x, by the last group) are deltanet_out's
+// rmsnorm(o)·norm·silu(z) per head, its bits. No choice (rk = 0).
+#define QP_NORM_GATED 16u
+
+// kind QP_NORM_SIGMUL (gemv_*_set_sigmul): an attention's output gate
+// fused into its output projection: x = m.x holds cols / dv rows of dv
+// (the heads' outputs), r the gate logits (row j at j·gs); the staged
+// vector and y (in place over x, by the last group) are sigmoid_mul's
+// x·sigmoid(gate), its bits. No choice (rk = 0).
+#define QP_NORM_SIGMUL 17u
+
+// Where element i of a vector lies in qp_stage_x's layout for BITS bits.
 template <int BITS>
-QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
+QP_DEVICE uint qp_xs_at(uint i) {
+    const uint per = 128 / BITS;
+    uint c = i / per;
+    return c * (per + QP_XS_PAD) + (i - c * per);
+}
+
+// Stages the norm of x + r into xs (qp_stage_x's layout), as
+// add_rms_norm_rows computes it (10_norm.qk: its loops, its reduction, its
+// arithmetic), whatever QP_GEMV_STAGE says; every thread calls it (barriers).
+template <int BITS>
+QP_DEVICE void qp_stage_add_norm(QP_SHARED_PTR float* xs, const QGemvSetNorm& q) {
+    QP_SHARED float part[QP_SIMDS];
+    uint width = q.m.cols;
+    uint tid = QP_TID;
+    QP_GLOBAL const float* x = q.m.x;
+    float ss = 0.0f;
+    for (uint i0 = tid; i0 < width; i0 += QK_NORM_BATCH * QP_TG) {
+        float v[QK_NORM_BATCH];
+        QP_UNROLL
+        for (uint j = 0; j < QK_NORM_BATCH; j++) {
+            uint i = i0 + j * QP_TG;
+            v[j] = i < width ? x[i] + q.r[i] : 0.0f;
+        }
+        QP_UNROLL
+        for (uint j = 0; j < QK_NORM_BATCH; j++) {
+            uint i = i0 + j * QP_TG;
+            if (i < width) {
+                xs[qp_xs_at<BITS>(i)] = v[j];
+                ss += v[j] * v[j];
+            }
+        }
+    }
+    ss = qk_group_sum(ss, part, QP_LANE, QP_SIMD_ID);
+    float inv = 1.0f / qp_sqrt(ss / float(width) + q.eps);
+    // The thread's own elements, their weights loaded a batch at a time.
+    for (uint i0 = tid; i0 < width; i0 += QK_NORM_BATCH * QP_TG) {
+        float f[QK_NORM_BATCH];
+        QP_UNROLL
+        for (uint j = 0; j < QK_NORM_BATCH; j++) {
+            uint i = i0 + j * QP_TG;
+            f[j] = i < width && q.kind != QK_NORM_UNIT ? q.nw[i] : 0.0f;
+        }
+        QP_UNROLL
+        for (uint j = 0; j < QK_NORM_BATCH; j++) {
+            uint i = i0 + j * QP_TG;
+            if (i < width) {
+                uint at = qp_xs_at<BITS>(i);
+                xs[at] = qk_norm_scale(xs[at], inv, q.kind, f[j]);
+            }
+        }
+    }
+    QP_BARRIER();
+}
+
+// The end of a fused launch's group: one more group past its reads of x
+// and r (and its stores of the products); the last stores the sum into x
+// and the norm (staged in xs) into y, zeroes the counter and, with rk,
+// makes the router's choice (xs then holds its probabilities). Every
+// thread calls it (barriers).
+template <int BITS>
+QP_DEVICE void qp_set_norm_finish(QP_SHARED_PTR float* xs, const QGemvSetNorm& q) {
+    QP_SHARED uint last;
+    QP_SHARED float rpart[QP_SIMDS];
+    if (q.rk != 0u) {
+        qp_fence(); // this thread's stores of the logits, before the count
+    }
+    QP_BARRIER(); // the group's reads are done (they were before staging's barrier)
+    if (QP_TID == 0) {
+        qp_fence();
+        last = qp_atomic_add(q.done, 1u) == QP_GROUPS - 1u ? 1u : 0u;
+    }
+    QP_BARRIER();
+    if (last == 0u) {
+        return;
+    }
+    qp_fence();
+    QP_GLOBAL float* x = (QP_GLOBAL float*)q.m.x;
+    bool add = q.kind != QP_NORM_GATED && q.kind != QP_NORM_SIGMUL; // else y is x, rewritten in place
+    for (uint i = QP_TID; i < q.m.cols; i += QP_TG) {
+        if (add) {
+            x[i] = x[i] + q.r[i];
+        }
+        q.y[i] = xs[qp_xs_at<BITS>(i)];
+    }
+    if (QP_TID == 0) {
+        *q.done = 0u;
+    }
+    if (q.rk != 0u) {
+        QP_BARRIER(); // xs read for y before it holds the probabilities
+        qk_route_token(q.m.y[0], q.m.rows[0], q.rk, q.rnorm, q.sel, q.wts, xs, rpart, QP_TID, QP_LANE,
+                       QP_SIMD_ID);
+    }
+}
+
+// Stages deltanet_out's gated norm of each head of x (QP_NORM_GATED) into
+// xs: each (head, 32 columns) pair's sum of squares is a simdgroup's sum
+// over its lanes, as deltanet_out's simdgroups form them (column tid of
+// the head in thread tid, zeros past dv), and a head's sum adds its pairs'
+// in simdgroup order with the zeros of the simdgroups past the head, as
+// qk_group_sum adds them; then each element is deltanet_out's product.
+// Every thread calls it (barriers).
+template <int BITS>
+QP_DEVICE void qp_stage_gated_norm(QP_SHARED_PTR float* xs, const QGemvSetNorm& q) {
+    QP_SHARED float hs[QP_XS_COLS / QP_SIMD];
+    uint width = q.m.cols;
+    uint dv = q.dv;
+    uint per = (dv + QP_SIMD - 1u) / QP_SIMD; // pairs a head
+    uint pairs = width / dv * per;
+    QP_GLOBAL const float* o = q.m.x;
+    for (uint pc = QP_SIMD_ID; pc < pairs; pc += QP_SIMDS) {
+        uint h = pc / per;
+        uint col = (pc - h * per) * QP_SIMD + QP_LANE;
+        float v = col < dv ? o[h * dv + col] : 0.0f;
+        float ss = qp_simd_sum(v * v);
+        if (QP_LANE == 0u) {
+            hs[pc] = ss;
+        }
+    }
+    QP_BARRIER();
+    for (uint i = QP_TID; i < width; i += QP_TG) {
+        uint h = i / dv;
+        float ss = 0.0f;
+        for (uint c = 0; c < QP_SIMDS; c++) {
+            ss += c < per ? hs[h * per + c] : 0.0f;
+        }
+        float inv = 1.0f / qp_sqrt(ss / float(dv) + q.eps);
+        xs[qp_xs_at<BITS>(i)] = o[i] * inv * q.nw[i - h * dv] * qk_silu(q.r[i]);
+    }
+    QP_BARRIER();
+}
+
+// Stages sigmoid_mul's gated rows of x (QP_NORM_SIGMUL) into xs. Every
+// thread calls it (a barrier).
+template <int BITS>
+QP_DEVICE void qp_stage_sigmul(QP_SHARED_PTR float* xs, const QGemvSetNorm& q) {
+    QP_GLOBAL const float* o = q.m.x;
+    for (uint i = QP_TID; i < q.m.cols; i += QP_TG) {
+        uint r = i / q.dv;
+        xs[qp_xs_at<BITS>(i)] = o[i] * qk_sigmoid(q.r[r * q.gs + (i - r * q.dv)]);
+    }
+    QP_BARRIER();
+}
+
+// One group of a set launch; with NORM, of a fused one (nm: its block).
+template <int BITS, bool NORM>
+QP_DEVICE void qp_gemv_set(const QGemvSet& p, const QGemvSetNorm* nm) {
     uint bx = QP_GROUP_X;
     // The product of this group: the last k with first[k] <= bx, its
     // fields read with constant indices (the parameter block's arrays are
@@ -370,6 +586,14 @@ QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
     uint split = p.split;
     uint part = QP_SIMD_ID % split;
     uint row0 = ((bx - first) * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
+    if constexpr (NORM) {
+        // The norm's weight (read by every group, written by no kernel):
+        // group 0's threads prefetch a line each.
+        bool weighted = nm->kind == QK_NORM_WEIGHT || nm->kind == QK_NORM_OFFSET || nm->kind == QP_NORM_GATED;
+        if (bx == 0 && weighted && 32 * QP_TID < (nm->kind == QP_NORM_GATED ? nm->dv : p.cols)) {
+            qp_prefetch_l2(nm->nw + 32 * QP_TID);
+        }
+    }
     if (part == 0) qp_prefetch_rows<BITS>(w, s, b, rows, p.cols, p.group, p.stype, row0);
     qp_grid_begin();
     bool active = row0 < rows;
@@ -381,20 +605,49 @@ QP_DEVICE void qp_gemv_set(const QGemvSet& p) {
         }
     }
     ulong v = QP_GROUP_Y;
-    QP_SHARED float xs[QP_XS_FLOATS];
+    QP_XS_DECL(xs, QP_XS_FLOATS);
     QP_GLOBAL const float* x = p.x + v * p.cols;
-    bool staged = qp_stage_x<BITS>(xs, x, p.cols);
+    bool staged = true;
+    if constexpr (NORM) {
+        if (nm->kind == QP_NORM_GATED) {
+            qp_stage_gated_norm<BITS>(xs, *nm);
+        } else if (nm->kind == QP_NORM_SIGMUL) {
+            qp_stage_sigmul<BITS>(xs, *nm);
+        } else {
+            qp_stage_add_norm<BITS>(xs, *nm);
+        }
+    } else {
+        staged = qp_stage_x<BITS>(xs, x, p.cols);
+    }
     float acc[QP_QROWS] = {};
     if (active) {
         qp_rows_qx<BITS>(w, s, b, rows, p.cols, p.group, p.stype, x, xs, staged, row0, part * QP_SIMD + QP_LANE,
                          QP_SIMD * split, acc);
     }
     qp_gemv_store(acc, active, split, part, out + v * rows, rows, row0);
+    if constexpr (NORM) {
+        qp_set_norm_finish<BITS>(xs, *nm);
+    }
 }
 
-QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set(QGemvSet p) { qp_gemv_set<4>(p); }
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set(QGemvSet p) { qp_gemv_set<4, false>(p, 0); }
 
-QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set(QGemvSet p) { qp_gemv_set<8>(p); }
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set(QGemvSet p) { qp_gemv_set<8, false>(p, 0); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set_norm(QGemvSetNorm p) { qp_gemv_set<4, true>(p.m, &p); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set_norm(QGemvSetNorm p) { qp_gemv_set<8, true>(p.m, &p); }
+
+// The gated and the output-gate variants' own names (kinds QP_NORM_GATED
+// and QP_NORM_SIGMUL), so the profile and the fake tell them apart; the
+// same code.
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set_gnorm(QGemvSetNorm p) { qp_gemv_set<4, true>(p.m, &p); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set_gnorm(QGemvSetNorm p) { qp_gemv_set<8, true>(p.m, &p); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q4_set_sigmul(QGemvSetNorm p) { qp_gemv_set<4, true>(p.m, &p); }
+
+QP_KERNEL_BOUNDS(QP_GEMV_MIN_GROUPS) gemv_q8_set_sigmul(QGemvSetNorm p) { qp_gemv_set<8, true>(p.m, &p); }
 
 // The partial sum of one lane for row `row` of a matrix of any width from 2
 // to 8 bits (used for 2, 3, 5 and 6): a row is one little-endian bit

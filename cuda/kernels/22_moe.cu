@@ -137,6 +137,57 @@ QP_DEVICE QP_GLOBAL const ulong* qp_moe_mats(const MoEParams& p, uint t, uint j,
     return e < 0 ? (QP_GLOBAL const ulong*)0 : p.table + ulong(e) * 9;
 }
 
+// Before qp_grid_begin(), under a dependent launch (cuda/pdl.go): the
+// expert rows a group will read are prefetched into the L2 while the
+// kernel before it still runs. Gateup's routed experts are chosen by the
+// kernel just before it (route_topk), so only the shared expert's rows
+// (its table is written by copies, never by a kernel) are prefetched.
+// Down's experts were chosen two kernels back, before gateup: a dependent
+// launch starts only after the kernel before it has passed its own wait
+// (qp_grid_begin), so that choice is complete and down's groups read sel
+// and the table to find their rows. (Where a choice could still change,
+// the only effect would be lines prefetched in vain: every value used is
+// read after the wait.) An index out of range prefetches nothing. 4 and 8
+// bits (a row quad per simdgroup, two on half simdgroups).
+template <int BITS>
+QP_DEVICE void qp_moe_prefetch_gateup(const MoEParams& p) {
+    if constexpr (BITS == 4 || BITS == 8) {
+        uint split = p.split;
+        uint kk = qp_moe_slots(p);
+        if (p.shared == 0 || QP_GROUP_Y % kk != p.k || QP_SIMD_ID % split != 0) {
+            return;
+        }
+        uint row0 = (QP_GROUP_X * (QP_SIMDS / split) + QP_SIMD_ID / split) * QP_QROWS;
+        for (uint m = 0; m < 6; m += 3) {
+            qp_prefetch_q<BITS>((QP_GLOBAL const uchar*)p.shared[m], (QP_GLOBAL const uchar*)p.shared[m + 1],
+                                (QP_GLOBAL const uchar*)p.shared[m + 2], p.rows, p.cols, p.group, p.stype, row0,
+                                QP_QROWS);
+        }
+    }
+}
+
+template <int BITS>
+QP_DEVICE void qp_moe_prefetch_down(const MoEParams& p) {
+    if constexpr (BITS == 4 || BITS == 8) {
+        bool half = qp_moe_down_half<BITS>(p.cols);
+        uint RB = half ? 2 * QP_QROWS : QP_QROWS;
+        uint row0 = QP_GROUP_X * RB;
+        uint t = QP_GROUP_Y;
+        uint kk = qp_moe_slots(p);
+        for (uint i = QP_SIMD_ID; i < kk; i += QP_SIMDS) {
+            QP_GLOBAL const ulong* m = p.shared;
+            if (i < p.k) {
+                int e = p.sel[t * p.k + i];
+                m = e >= 0 && uint(e) < p.E ? p.table + ulong(e) * 9 : (QP_GLOBAL const ulong*)0;
+            }
+            if (m != 0) {
+                qp_prefetch_q<BITS>((QP_GLOBAL const uchar*)m[6], (QP_GLOBAL const uchar*)m[7],
+                                    (QP_GLOBAL const uchar*)m[8], p.rows, p.cols, p.group, p.stype, row0, RB);
+            }
+        }
+    }
+}
+
 // Gate and up: group (x, y) = (row block, slot s); the group's
 // simdgroups take row quads (4 and 8 bits; one row otherwise) in turn,
 // split of them to a quad, each its share of the chunks (gemv_q's
@@ -147,7 +198,7 @@ template <int BITS>
 QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
     const uint R = qp_moe_rows_per_simd<BITS>();
     const bool Q = BITS == 4 || BITS == 8;
-    QP_SHARED float xs[Q ? QP_XS_FLOATS : 1];
+    QP_XS_DECL(xs, Q ? QP_XS_FLOATS : 4);
     QP_SHARED float sums[2 * QP_SIMDS * QP_QROWS];
     uint split = Q ? p.split : 1u;
     uint part = QP_SIMD_ID % split;
@@ -278,11 +329,27 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
     }
 }
 
-QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q4(MoEParams p) { qp_grid_begin(); qp_moe_gateup<4>(p); }
-QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q8(MoEParams p) { qp_grid_begin(); qp_moe_gateup<8>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q4(MoEParams p) {
+    qp_moe_prefetch_gateup<4>(p);
+    qp_grid_begin();
+    qp_moe_gateup<4>(p);
+}
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q8(MoEParams p) {
+    qp_moe_prefetch_gateup<8>(p);
+    qp_grid_begin();
+    qp_moe_gateup<8>(p);
+}
 QP_KERNEL moe_gateup_qn(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_QN>(p); }
 QP_KERNEL moe_gateup_dense(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_DENSE>(p); }
-QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q4(MoEParams p) { qp_grid_begin(); qp_moe_down<4>(p); }
-QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q8(MoEParams p) { qp_grid_begin(); qp_moe_down<8>(p); }
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q4(MoEParams p) {
+    qp_moe_prefetch_down<4>(p);
+    qp_grid_begin();
+    qp_moe_down<4>(p);
+}
+QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q8(MoEParams p) {
+    qp_moe_prefetch_down<8>(p);
+    qp_grid_begin();
+    qp_moe_down<8>(p);
+}
 QP_KERNEL moe_down_qn(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_QN>(p); }
 QP_KERNEL moe_down_dense(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_DENSE>(p); }

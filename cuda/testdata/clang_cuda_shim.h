@@ -15,6 +15,8 @@
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 
 __device__ float __shfl_xor_sync(unsigned mask, float v, int lane, int width = 32);
+__device__ unsigned atomicAdd(unsigned* p, unsigned v);
+__device__ void __threadfence();
 __device__ float __uint_as_float(unsigned u);
 __device__ unsigned __float_as_uint(float f);
 __device__ float expf(float x);

@@ -10,6 +10,8 @@
 // emulated here; layer_moe_emu_test.go checks the value).
 #define QK_ACT_GELU_TANH 1u
 #include "../../../internal/gpukernels/00_common.qk"
+#include "../../../internal/gpukernels/10_norm.qk" // 20_gemv.cu's fused norm
+#include "../../../internal/gpukernels/70_route.qk" // 20_gemv.cu's fused choice
 #include "../../kernels/10_common.cu"
 #include "../../kernels/20_gemv.cu"
 #include "../../kernels/22_moe.cu"

@@ -29,6 +29,12 @@ void qp_emu_warp_barrier(uint warp);
 
 #define QP_KERNEL extern "C" void
 #define QP_KERNEL_BOUNDS(min) extern "C" void
+// The shared bodies' entry points as plain functions (the fused norm's
+// tests run add_rms_norm_rows of internal/gpukernels/10_norm.qk here).
+#define QP_ENTRY(name, P)                               \
+    static void name##_body(const P& p);                \
+    extern "C" void name(const P p) { name##_body(p); } \
+    static void name##_body(const P& p)
 // One group runs at a time here: no launch overlaps another, nothing to wait for.
 static inline void qp_grid_begin() {}
 static inline void qp_prefetch_l2(const void*) {}
@@ -43,6 +49,8 @@ static inline void qp_prefetch_l2(const void*) {}
 #define QP_GROUP_X qp_emu_gx
 #define QP_GROUP_Y qp_emu_gy
 #define QP_GLOBAL_X (qp_emu_gx * 256u + qp_emu_thread_id())
+extern uint qp_emu_groups;
+#define QP_GROUPS qp_emu_groups
 #define QP_STATIC_ASSERT(c, m) static_assert(c, m)
 #define QP_UNROLL
 #define QP_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -51,6 +59,11 @@ static inline void qp_prefetch_l2(const void*) {}
 #define QP_TG 256
 #define QP_SIMD 32
 #define QP_SIMDS (QP_TG / QP_SIMD)
+
+// One group runs at a time (run.h); the builtins keep TSan's threads
+// ordered too.
+QP_DEVICE uint qp_atomic_add(uint* p, uint v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+QP_DEVICE void qp_fence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 QP_DEVICE float qp_as_float(uint u) {
     float f;

@@ -36,7 +36,7 @@
 #define QP_EMU_THREADS 0
 #endif
 
-uint qp_emu_gx, qp_emu_gy;
+uint qp_emu_gx, qp_emu_gy, qp_emu_groups;
 QpEmuWarp qp_emu_warps[8];
 float qp_emu_shfl[8][32];
 
@@ -61,6 +61,7 @@ void qp_emu_run(void (*kern)(P), const P& p, uint gx, uint gy) {
     for (auto& wb : qp_emu_warp_barriers) {
         pthread_barrier_init(&wb, nullptr, 32);
     }
+    qp_emu_groups = gx * gy;
     for (uint y = 0; y < gy; y++) {
         for (uint x = 0; x < gx; x++) {
             qp_emu_gx = x;
@@ -153,6 +154,7 @@ void qp_emu_run(void (*kern)(P), const P& p, uint gx, uint gy) {
         wb = Barrier{32, 0, 0};
     }
     group_barrier = Barrier{QP_TG, 0, 0};
+    qp_emu_groups = gx * gy;
     for (uint y = 0; y < gy; y++) {
         for (uint x = 0; x < gx; x++) {
             qp_emu_gx = x;
