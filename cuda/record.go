@@ -161,21 +161,23 @@ type recorder struct {
 	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
 	// early: submit the queue as soon as it holds earlyOps ops when the
 	// compute stream has drained (idle: a sync since the last submission;
-	// QPACK_CUDA_EARLY=1 turns it on: not yet measured on a GPU).
+	// QPACK_CUDA_EARLY=0 turns it off).
 	early, idle bool
 }
 
-// earlyEnv turns on the early start (recorder.early).
+// earlyEnv turns off the early start (recorder.early) with "0".
 const earlyEnv = "QPACK_CUDA_EARLY"
 
 // earlyOps is how many ops a queue holds when the recorder submits it
 // early: after a wait for the GPU (a decode step's logits), the GPU has
-// nothing to run until the host submits, and the host took 32.6 µs to
-// queue the first layer of a step (H200, fourteenth session's timeline):
-// submitting its first ops as soon as they are queued starts the GPU
-// while the host queues the rest. Deterministic (the same split every
-// step), so both parts replay as graphs; a queue this short is still a
-// graph (graphMinOps).
+// nothing to run until the host submits, and the host took 41.4 µs from
+// the wait to the first layer's submission (H200, fourteenth session's
+// timeline): submitting its first ops as soon as they are queued starts
+// the GPU while the host queues the rest. Deterministic (the same split
+// every step), so both parts replay as graphs; a queue this short is
+// still a graph (graphMinOps). Measured (35b dims, 256 tokens): 30.5 µs
+// to the first submission, the GPU idle between queues 26.1 ms instead
+// of 28.7 (bench/gpu/results/session14-h200/timeline-early*.txt).
 const earlyOps = graphMinOps
 
 // withRecorder wraps dev in a recorder when it can run graphs and they are
@@ -186,7 +188,7 @@ func withRecorder(dev device, stats *Stats) device {
 		return dev
 	}
 	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{},
-		early: os.Getenv(earlyEnv) == "1"}
+		early: os.Getenv(earlyEnv) != "0"}
 }
 
 var _ device = (*recorder)(nil)
