@@ -11,7 +11,7 @@
 #   PART=ab: the MoE gate/up with the shared expert as slot k at two groups
 #     a multiprocessor and at three (BenchmarkDecodeKernels with
 #     QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3: at two, 8 routed slots are
-#     256 groups of 32 rows, one wave on 132 multiprocessors, and the
+#     256 groups of 16 rows, one wave on 132 multiprocessors, and the
 #     shared expert's ninth slot makes 288, a second wave: 7.05 against
 #     10.53 us in the fourteenth session), then resident decode A/B, 35b
 #     dims, 32,768 logits, 1,024 tokens a run (256 moved 4.6% between
