@@ -227,17 +227,45 @@ func decodeCompare(t *testing.T, b *Backend, name string, steps int) {
 	ref, m := loadBoth(t, name, b)
 	rs, st := ref.NewState(), m.NewState()
 	for i := range steps {
-		tok := []int{(7*i + 3) % m.Config.Vocab}
-		want, err := ref.Forward(rs, tok, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := m.Forward(st, tok, nil)
-		if err != nil {
-			t.Fatalf("step %d: %v", i, err)
-		}
-		sameBits(t, fmt.Sprintf("%s step %d", name, i), got, want)
+		stepBoth(t, fmt.Sprintf("%s step %d", name, i), m, st, ref, rs, []int{(7*i + 3) % m.Config.Vocab})
 	}
+}
+
+// stepBoth decodes tok with want (state ws) and then with got (gs), and
+// fails unless their logits are the same bits.
+func stepBoth(t *testing.T, label string, got *runtime.Model, gs *runtime.State, want *runtime.Model, ws *runtime.State, tok []int) {
+	t.Helper()
+	w, err := want.Forward(ws, tok, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", label, err)
+	}
+	g, err := got.Forward(gs, tok, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", label, err)
+	}
+	sameBits(t, label, g, w)
+}
+
+// residentDecode decodes 24 tokens (token i: (mul·i + add) mod the
+// vocabulary) of a tiny model on b after routeEveryExpert (a resident
+// decode: the layers route on the device), each step against the CPU bit
+// for bit, and returns the graph launches a step and the captures over
+// the last 16 steps (the first 8 capture).
+func residentDecode(t *testing.T, b *Backend, name string, mul, add int) (perStep float64, captures int64) {
+	t.Helper()
+	ref, m := loadBoth(t, name, b)
+	rs, st := ref.NewState(), m.NewState()
+	routeEveryExpert(t, ref, rs)
+	routeEveryExpert(t, m, st)
+	var s0 Stats
+	for i := range 24 {
+		if i == 8 {
+			s0 = b.Stats()
+		}
+		stepBoth(t, fmt.Sprintf("%s step %d", name, i), m, st, ref, rs, []int{(mul*i + add) % m.Config.Vocab})
+	}
+	s := b.Stats()
+	return float64(s.GraphLaunches-s0.GraphLaunches) / 16, int64(s.GraphCaptures - s0.GraphCaptures)
 }
 
 // Every tiny model through the recorder: bit for bit the CPU's logits and
@@ -308,16 +336,7 @@ func TestGraphsGPU(t *testing.T) {
 		s0 := with.Stats()
 		sa, sb := a.NewState(), b.NewState()
 		for i := range 48 {
-			tok := []int{(5*i + 1) % a.Config.Vocab}
-			got, err := a.Forward(sa, tok, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := b.Forward(sb, tok, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameBits(t, fmt.Sprintf("%s step %d", name, i), got, want)
+			stepBoth(t, fmt.Sprintf("%s step %d", name, i), a, sa, b, sb, []int{(5*i + 1) % a.Config.Vocab})
 		}
 		s := with.Stats()
 		t.Logf("%s: %d graph launches (%d nodes), %d captures over 48 steps", name, s.GraphLaunches-s0.GraphLaunches,
@@ -406,29 +425,9 @@ func TestRecorderFlushLayersFake(t *testing.T) {
 			b, _ := graphBackend(t)
 			b.flushEvery = every
 			b.dev.(*recorder).early = false // one queue a step, not two
-			ref, m := loadBoth(t, name, b)
-			rs, st := ref.NewState(), m.NewState()
-			routeEveryExpert(t, ref, rs)
-			routeEveryExpert(t, m, st)
-			var s0 Stats
-			for i := range 24 {
-				if i == 8 { // the first steps capture
-					s0 = b.Stats()
-				}
-				tok := []int{(5*i + 2) % m.Config.Vocab}
-				want, err := ref.Forward(rs, tok, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := m.Forward(st, tok, nil)
-				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
-				}
-				sameBits(t, fmt.Sprintf("%s, flush every %d, step %d", name, every, i), got, want)
-			}
-			s := b.Stats()
-			perStep[every] = float64(s.GraphLaunches-s0.GraphLaunches) / 16
-			t.Logf("%s, flush every %d: %.2f graph launches a step, %d captures over 16 steps", name, every, perStep[every], s.GraphCaptures-s0.GraphCaptures)
+			var captures int64
+			perStep[every], captures = residentDecode(t, b, name, 5, 2)
+			t.Logf("%s, flush every %d: %.2f graph launches a step, %d captures over 16 steps", name, every, perStep[every], captures)
 		}
 		one, two, step := perStep[1], perStep[2], perStep[flushEveryFor("step")]
 		if !(two < one) || !(step < two) || step > 1 {
@@ -451,31 +450,11 @@ func TestRecorderEarlyStartFake(t *testing.T) {
 				t.Fatal("the early start is off by default")
 			}
 			r.early = early
-			ref, m := loadBoth(t, name, b)
-			rs, st := ref.NewState(), m.NewState()
-			routeEveryExpert(t, ref, rs)
-			routeEveryExpert(t, m, st)
-			var s0 Stats
-			for i := range 24 {
-				if i == 8 {
-					s0 = b.Stats()
-				}
-				tok := []int{(3*i + 1) % m.Config.Vocab}
-				want, err := ref.Forward(rs, tok, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := m.Forward(st, tok, nil)
-				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
-				}
-				sameBits(t, fmt.Sprintf("%s, early %v, step %d", name, early, i), got, want)
+			var captures int64
+			perStep[early], captures = residentDecode(t, b, name, 3, 1)
+			if captures != 0 {
+				t.Errorf("%s, early %v: %d captures in steps 8-23: a part not replayed", name, early, captures)
 			}
-			s := b.Stats()
-			if c := s.GraphCaptures - s0.GraphCaptures; c != 0 {
-				t.Errorf("%s, early %v: %d captures in steps 8-23: a part not replayed", name, early, c)
-			}
-			perStep[early] = float64(s.GraphLaunches-s0.GraphLaunches) / 16
 		}
 		if perStep[true] != perStep[false]+1 {
 			t.Errorf("%s: %.2f graph launches a step with the early start, %.2f without: want one more", name, perStep[true], perStep[false])

@@ -77,6 +77,37 @@ var setPtrs = func() []int {
 	return p
 }()
 
+// emuSet puts a random matrix of each of rows × cols into img, with a
+// zeroed output each, and returns the set of their products, the matrices
+// and the outputs' addresses.
+func emuSet(t *testing.T, r *rand.Rand, img *moeImage, rows []int, cols, bits, group int, st mlxq.Float) (gemvSet, []mlxq.Matrix, []uint64) {
+	t.Helper()
+	var set gemvSet
+	var mats []mlxq.Matrix
+	var outs []uint64
+	for _, n := range rows {
+		m := makeMatrix(t, r, matCase{n, cols, bits, group, st})
+		mats = append(mats, m)
+		o := img.put(make([]byte, 4*n))
+		outs = append(outs, o)
+		set.add(&devMat{w: img.put(m.Weight), s: img.put(m.Scales), b: img.put(m.Biases)}, o, m)
+	}
+	return set, mats, outs
+}
+
+// sameFused checks a fused launch's image one against that of the
+// launches it replaces, two: the group counter at done back to zero and
+// every product's outputs the same bits.
+func sameFused(t *testing.T, name string, one, two *moeImage, done uint64, outs []uint64, rows []int) {
+	t.Helper()
+	if d := binary.LittleEndian.Uint32(one.mem[done:]); d != 0 {
+		t.Errorf("%s: the group counter is %d after the launch, want 0", name, d)
+	}
+	for i, o := range outs {
+		sameBits(t, fmt.Sprintf("%s: product %d", name, i), one.floats(o, rows[i]), two.floats(o, rows[i]))
+	}
+}
+
 func TestNormSetEmulated(t *testing.T) {
 	bin := buildNormSetEmu(t)
 	r := rand.New(rand.NewPCG(71, 72))
@@ -107,16 +138,7 @@ func TestNormSetEmulated(t *testing.T) {
 		done := img.put(make([]byte, 4))
 		selo, wtso := img.put(make([]byte, 4*max(c.rk, 1))), img.put(make([]byte, 4*max(c.rk, 1)))
 		k := setKey{fmt.Sprintf("gemv_q%d_set", c.bits), c.cols, c.group, int(c.st)}
-		var set gemvSet
-		var mats []mlxq.Matrix
-		var outs []uint64
-		for _, rows := range c.rows {
-			m := makeMatrix(t, r, matCase{rows, c.cols, c.bits, c.group, c.st})
-			mats = append(mats, m)
-			o := img.put(make([]byte, 4*rows))
-			outs = append(outs, o)
-			set.add(&devMat{w: img.put(m.Weight), s: img.put(m.Scales), b: img.put(m.Biases)}, o, m)
-		}
+		set, mats, outs := emuSet(t, r, img, c.rows, c.cols, c.bits, c.group, c.st)
 		// Every output must be written: NaN until then.
 		poison := func(m *moeImage) {
 			for i, o := range outs {
@@ -170,14 +192,9 @@ func TestNormSetEmulated(t *testing.T) {
 		if blocks < 2 && len(c.rows) > 1 {
 			t.Fatalf("%s: %d groups: the case does not test the last group's stores", name, blocks)
 		}
-		if d := binary.LittleEndian.Uint32(one.mem[done:]); d != 0 {
-			t.Errorf("%s: the group counter is %d after the launch, want 0", name, d)
-		}
+		sameFused(t, name, one, two, done, outs, c.rows)
 		sameBits(t, name+": x", one.floats(xo, c.cols), two.floats(xo, c.cols))
 		sameBits(t, name+": norm", one.floats(yo, c.cols), two.floats(yo, c.cols))
-		for i, o := range outs {
-			sameBits(t, fmt.Sprintf("%s: product %d", name, i), one.floats(o, c.rows[i]), two.floats(o, c.rows[i]))
-		}
 		if c.rk > 0 {
 			// The choice: route_topk's bits, and nn.RouteSoftmaxTopK's
 			// experts on the same logits.
@@ -247,14 +264,7 @@ func TestGatedNormSetEmulated(t *testing.T) {
 		yo, zo, wo := img.put(f32b(o)), img.put(f32b(z)), img.put(f32b(nw))
 		done := img.put(make([]byte, 4))
 		k := setKey{fmt.Sprintf("gemv_q%d_set", c.bits), W, c.group, int(c.st)}
-		var set gemvSet
-		var outs []uint64
-		for _, rows := range c.rows {
-			m := makeMatrix(t, r, matCase{rows, W, c.bits, c.group, c.st})
-			o := img.put(make([]byte, 4*rows))
-			outs = append(outs, o)
-			set.add(&devMat{w: img.put(m.Weight), s: img.put(m.Scales), b: img.put(m.Biases)}, o, m)
-		}
+		set, _, outs := emuSet(t, r, img, c.rows, W, c.bits, c.group, c.st)
 		const eps = 1e-6
 		// deltanet_out (its DNRec block: y, z and norm, the heads; the
 		// state and the other inputs unused), then the set.
@@ -277,13 +287,8 @@ func TestGatedNormSetEmulated(t *testing.T) {
 		}
 		blk = blk.ptr(zo).ptr(wo).ptr(yo).ptr(done).f32(eps).u32(normGated).ptr(none).ptr(none).u32(0).u32(0).u32(c.dv).u32(0)
 		one := normSetImage(t, bin, k.kernel+"_gnorm", blocks, blk, append(setPtrs, 192, 200, 208, 216, 232, 240), img)
-		if d := binary.LittleEndian.Uint32(one.mem[done:]); d != 0 {
-			t.Errorf("%s: the group counter is %d after the launch, want 0", name, d)
-		}
+		sameFused(t, name, one, two, done, outs, c.rows)
 		sameBits(t, name+": y", one.floats(yo, W), two.floats(yo, W))
-		for i, o := range outs {
-			sameBits(t, fmt.Sprintf("%s: product %d", name, i), one.floats(o, c.rows[i]), two.floats(o, c.rows[i]))
-		}
 		// The norm against float64: rmsnorm(o)·w·silu(z) per head.
 		got := one.floats(yo, W)
 		for h := range c.nv {
@@ -330,14 +335,7 @@ func TestSigmulSetEmulated(t *testing.T) {
 		oo, go_ := img.put(f32b(o)), img.put(f32b(g))
 		done := img.put(make([]byte, 4))
 		k := setKey{fmt.Sprintf("gemv_q%d_set", c.bits), W, c.group, int(c.st)}
-		var set gemvSet
-		var outs []uint64
-		for _, rows := range c.rows {
-			m := makeMatrix(t, r, matCase{rows, W, c.bits, c.group, c.st})
-			o := img.put(make([]byte, 4*rows))
-			outs = append(outs, o)
-			set.add(&devMat{w: img.put(m.Weight), s: img.put(m.Scales), b: img.put(m.Biases)}, o, m)
-		}
+		set, _, outs := emuSet(t, r, img, c.rows, W, c.bits, c.group, c.st)
 		sm := params(nil).ptr(oo).ptr(go_).u32(c.heads).u32(c.hd).u32(c.hd).u32(c.gs)
 		two := normSetImage(t, bin, "sigmoid_mul", ceilDiv(W, tgThreads), sm, []int{0, 8}, img)
 		blk, blocks, err := b.gemvSetBlock(k, set, oo, 1)
@@ -352,13 +350,8 @@ func TestSigmulSetEmulated(t *testing.T) {
 		}
 		blk = blk.ptr(go_).ptr(none).ptr(oo).ptr(done).f32(0).u32(normSigMul).ptr(none).ptr(none).u32(0).u32(0).u32(c.hd).u32(c.gs)
 		one := normSetImage(t, bin, k.kernel+"_sigmul", blocks, blk, append(setPtrs, 192, 200, 208, 216, 232, 240), img)
-		if d := binary.LittleEndian.Uint32(one.mem[done:]); d != 0 {
-			t.Errorf("%s: the group counter is %d after the launch, want 0", name, d)
-		}
+		sameFused(t, name, one, two, done, outs, c.rows)
 		sameBits(t, name+": o", one.floats(oo, W), two.floats(oo, W))
-		for i, o := range outs {
-			sameBits(t, fmt.Sprintf("%s: product %d", name, i), one.floats(o, c.rows[i]), two.floats(o, c.rows[i]))
-		}
 		got := one.floats(oo, W)
 		for h := range c.heads {
 			for j := range c.hd {

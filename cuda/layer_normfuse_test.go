@@ -299,16 +299,7 @@ func testNormFuseModels(t *testing.T, on, off *Backend) {
 		la, lb := on.Stats().Launches, off.Stats().Launches
 		sa, sb := a.NewState(), b.NewState()
 		for i := range 24 {
-			tok := []int{(3*i + 2) % a.Config.Vocab}
-			got, err := a.Forward(sa, tok, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := b.Forward(sb, tok, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameBits(t, fmt.Sprintf("%s step %d", name, i), got, want)
+			stepBoth(t, fmt.Sprintf("%s step %d", name, i), a, sa, b, sb, []int{(3*i + 2) % a.Config.Vocab})
 		}
 		na, nb := on.Stats().Launches-la, off.Stats().Launches-lb
 		t.Logf("%s: %d launches fused, %d not", name, na, nb)
