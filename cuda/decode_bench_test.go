@@ -42,7 +42,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		name  string
 		bytes int               // bytes one launch reads and writes
 		run   func(i int) error // launch number i
-		split int               // a matvec's gemvSplit (0: not a matvec)
+		split int               // a matvec's or a MoE gate/up's gemvSplit (0: neither)
 	}
 	matCase := func(rows, cols, bits, group int) kcase {
 		w := mlxq.Matrix{Rows: rows, Cols: cols, Bits: bits, GroupSize: group, Type: mlxq.BF16}
@@ -82,6 +82,10 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		m, kernel, n := g, ks[0], slots
 		if down {
 			m, kernel, n = d, ks[1], 1
+		}
+		split := 0 // gate/up splits its rows' chunks as gemvSplit says
+		if !down {
+			_, split = moeGrid(kernel, m, n, gemvSplitFor)
 		}
 		nsb := m.Rows * (m.Cols / m.GroupSize) * 2
 		bytes := slots*(m.Rows*m.RowBytes()+2*nsb) + 4*n*m.Cols + 4*slots*m.Rows
@@ -127,7 +131,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 				q.shared = q.table + devptr(8*9*k)
 			}
 			return b.kMoE(kernel, q, n)
-		}, 0}
+		}, split}
 	}
 	// dnCase: a DeltaNet mixer's kernels for one token (deltanet_conv,
 	// deltanet_qknorm, then deltanet_rec_reg, or with cols
@@ -215,8 +219,15 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		if k, _, _ := strings.Cut(c.name, " "); b.fn[k] != 0 {
 			line += " (" + kernelResources(b, k) + ")"
 		}
-		if c.split > 1 {
-			line += fmt.Sprintf("; split %d (unsplit: %.2f us)", c.split, time(c, true, 1))
+		if c.split > 0 {
+			// The other splits, for the choice's sake (a MoE gate/up's
+			// slots past one wave of groups, a product's few rows).
+			line += fmt.Sprintf("; split %d", c.split)
+			for _, s := range []int{1, 2, 4} {
+				if s != c.split {
+					line += fmt.Sprintf(" (split %d: %.2f us)", s, time(c, true, s))
+				}
+			}
 		}
 		bb.Log(line)
 	}

@@ -337,8 +337,14 @@ func TestLayerKernelsCPU(t *testing.T) {
 			norm    bool
 		}{{3, 512, 10, true}, {2, 64, 8, false}, {1, 4096, 64, true}, {2, 300, 1, false}, {1, 8, 8, true}} {
 			logits := rnd(r, c.T*c.E, 4)
-			// ties: equal logits must go to the lower index
+			// ties: equal logits must go to the lower index, in two
+			// lanes (3, 7) and in one lane's own experts (3, 35, 67)
 			logits[3], logits[7] = 9, 9
+			for _, i := range []int{35, 67} {
+				if i < c.E {
+					logits[i] = 9
+				}
+			}
 			want := nn.NewRouting(c.T, c.k)
 			hostLogits := append([]float32(nil), logits...)
 			if err := host.Route(want, nn.HostTensor(hostLogits), c.T, c.E, c.norm); err != nil {

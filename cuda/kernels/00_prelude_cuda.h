@@ -117,6 +117,36 @@ QP_DEVICE float qp_simd_max(float v) {
     return v;
 }
 
+// The maximum and the minimum of an unsigned integer over the 32 lanes of a
+// simdgroup, in every lane: one redux.sync from sm_80 on, a butterfly
+// before (an integer's maximum is the same in any order).
+QP_DEVICE uint qp_simd_max_u(uint v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+#else
+    for (int o = 16; o > 0; o >>= 1) {
+        uint w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = v > w ? v : w;
+    }
+    return v;
+#endif
+}
+QP_DEVICE uint qp_simd_min_u(uint v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint r;
+    asm volatile("redux.sync.min.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+#else
+    for (int o = 16; o > 0; o >>= 1) {
+        uint w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = v < w ? v : w;
+    }
+    return v;
+#endif
+}
+
 // A float's bits and back.
 QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
 QP_DEVICE uint qp_as_uint(float x) { return __float_as_uint(x); }

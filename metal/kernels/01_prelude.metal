@@ -69,6 +69,11 @@ inline float qp_simd_max(float v) {
     return v;
 }
 
+// An unsigned integer's maximum and minimum over the lanes: the same in any
+// order, so the hardware's own reductions.
+inline uint qp_simd_max_u(uint v) { return simd_max(v); }
+inline uint qp_simd_min_u(uint v) { return simd_min(v); }
+
 inline float qp_exp(float x) { return precise::exp(x); }
 inline float qp_tanh(float x) { return precise::tanh(x); }
 inline float qp_sqrt(float x) { return precise::sqrt(x); }

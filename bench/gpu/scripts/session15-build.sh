@@ -1,23 +1,30 @@
 #!/bin/bash
 # Builds what bench/gpu/scripts/session15-route.sh carries, on the
-# development machine, from a clean checkout with nothing applied:
-# cuda-base.test and gpu-base from this tree, then the rest with
-# cuda/pending/route-registers.patch applied (left applied, for the landing
-# commit). Each binary for linux/amd64 without cgo, gzipped.
+# development machine: cuda-base.test and gpu-base from HEAD (a temporary
+# git worktree), the rest from the working tree with its uncommitted
+# kernel change (or, with PATCH=file on a clean tree, with that patch
+# applied and left applied, for the landing commit). Each binary for
+# linux/amd64 without cgo, gzipped.
 #   bash bench/gpu/scripts/session15-build.sh
+#   PATCH=cuda/pending/x.patch bash bench/gpu/scripts/session15-build.sh
 set -eu
 cd "$(git rev-parse --show-toplevel)"
-if ! git diff --quiet; then
-	echo "session15-build.sh: the tree has changes; start from a clean checkout" >&2
+if [ -n "${PATCH:-}" ] && ! git diff --quiet; then
+	echo "session15-build.sh: the tree has changes; PATCH needs a clean checkout" >&2
 	exit 2
 fi
 export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
-C=.devcarry-cuda B=.devcarry-backendcli G=.devcarry-benchgpu
+C=$PWD/.devcarry-cuda B=$PWD/.devcarry-backendcli G=$PWD/.devcarry-benchgpu
 rm -rf $C $B $G
 mkdir -p $C $B $G
-go test -c -trimpath -ldflags='-s -w' -o $C/cuda-base.test ./cuda/
-go build -trimpath -ldflags=-s -o $G/gpu-base ./bench/gpu
-git apply cuda/pending/route-registers.patch
+WT=$(mktemp -d /tmp/qpack-base.XXXXXX)
+trap 'git worktree remove --force "$WT" 2>/dev/null; rm -rf "$WT"' EXIT
+git worktree add -q --detach "$WT" HEAD
+(cd "$WT" && go test -c -trimpath -ldflags='-s -w' -o $C/cuda-base.test ./cuda/ &&
+	go build -trimpath -ldflags=-s -o $G/gpu-base ./bench/gpu)
+if [ -n "${PATCH:-}" ]; then
+	git apply "$PATCH"
+fi
 go test -c -trimpath -ldflags='-s -w' -o $C/cuda.test ./cuda/
 go build -trimpath -ldflags=-s -o $B/qpack ./cmd/qpack
 go test -c -trimpath -ldflags=-s -o $B/cmd.test ./cmd/qpack

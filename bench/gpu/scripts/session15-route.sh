@@ -26,6 +26,10 @@
 #   .devcarry-benchgpu/gpu-new.gz, gpu-base.gz   go build -ldflags=-s ./bench/gpu, with and without
 # run: PART=rec LIMIT=560 bash bench/gpu/scripts/session15-route.sh, then PART=ab
 #   carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu
+# For another kernel change (the fifteenth session's second: the router's
+# rounds in integer reductions), PART=ab takes VARIANTS (ab.sh's list;
+# default the four above) and KDEFINES (the kernels' second run's
+# QPACK_CUDA_DEFINES; empty: that run is skipped).
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -59,11 +63,15 @@ rec)
 	tail -n 2 $W/rec/*.log $W/rec/cli/*.log
 	;;
 ab)
-	(cd cuda && QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3 timeout 60 ../.devcarry-cuda/cuda.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-moe3.txt 2>&1)
-	echo "kernels (moe3) done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/ab.tgz kernels-moe3.txt times.txt
-	grep -h "moe_" $W/kernels-moe3.txt
-	OUT=$W VARIANTS="new:gpu-new base:gpu-base slot0:gpu-new:QPACK_CUDA_SHARED_SLOT=0 moe3:gpu-new:QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3" DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 timeout $((L - 5 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
+	KD=${KDEFINES-QP_MOE_MIN_GROUPS=3}
+	touch $W/kernels-moe3.txt
+	if [ -n "$KD" ]; then
+		(cd cuda && QPACK_CUDA_DEFINES=$KD timeout 60 ../.devcarry-cuda/cuda.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-moe3.txt 2>&1)
+		echo "kernels ($KD) done at $(el) s" >>$W/times.txt
+		tar -C $W -czf $O/ab.tgz kernels-moe3.txt times.txt
+		grep -h "moe_" $W/kernels-moe3.txt
+	fi
+	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base slot0:gpu-new:QPACK_CUDA_SHARED_SLOT=0 moe3:gpu-new:QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3"} DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 timeout $((L - 5 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/ab.tgz kernels-moe3.txt ab ab.txt times.txt
 	cat $W/times.txt

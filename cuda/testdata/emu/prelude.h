@@ -147,6 +147,18 @@ QP_DEVICE float qp_half_sum(float v) {
 QP_DEVICE float qp_simd_max(float v) {
     return qp_emu_butterfly(v, [](float a, float b) { return std::fmax(a, b); });
 }
+// redux.sync.max.u32 and .min.u32: the integers carried through the float
+// exchange by their bits (copies only, never arithmetic on them).
+QP_DEVICE uint qp_simd_max_u(uint v) {
+    return qp_as_uint(qp_emu_butterfly(qp_as_float(v), [](float a, float b) {
+        return qp_as_uint(a) > qp_as_uint(b) ? a : b;
+    }));
+}
+QP_DEVICE uint qp_simd_min_u(uint v) {
+    return qp_as_uint(qp_emu_butterfly(qp_as_float(v), [](float a, float b) {
+        return qp_as_uint(a) < qp_as_uint(b) ? a : b;
+    }));
+}
 
 // cvt.rn.bf16x2.f32: round to nearest even, NaN kept a (quiet) NaN.
 QP_DEVICE uint qp_emu_bf16(float f) {

@@ -48,6 +48,7 @@ struct Fiber {
     State st;
     int op;
     float in, out;
+    uint32_t uin, uout; // the integer reductions' (ops 2 and 3)
 };
 const int kThreads = QP_TG;
 Fiber fibers[kThreads];
@@ -102,9 +103,25 @@ void runGroup() {
                 fail("group " + std::to_string(group) + ": a simdgroup reduction in simdgroup " + std::to_string(s) +
                      " with only " + std::to_string(n) + " of 32 lanes (the others returned or wait at a barrier)");
             }
-            float v[32], w[32];
             for (int j = 0; j < 32; j++) {
                 if (l[j].op != l[0].op) fail("lanes of one simdgroup at different reductions");
+            }
+            if (l[0].op >= 2) {
+                // An integer's maximum or minimum: one value for every lane.
+                uint32_t r = l[0].uin;
+                for (int j = 1; j < 32; j++) {
+                    uint32_t u = l[j].uin;
+                    r = l[0].op == 2 ? (u > r ? u : r) : (u < r ? u : r);
+                }
+                for (int j = 0; j < 32; j++) {
+                    l[j].uout = r;
+                    l[j].st = RUN;
+                }
+                progress = true;
+                continue;
+            }
+            float v[32], w[32];
+            for (int j = 0; j < 32; j++) {
                 v[j] = l[j].in;
             }
             for (int o = 16; o > 0; o >>= 1) {
@@ -162,6 +179,13 @@ float simd_op(float v, int op) {
     fibers[cur].st = SIMD;
     yield();
     return fibers[cur].out;
+}
+uint simd_op_u(uint v, int op) {
+    fibers[cur].uin = v;
+    fibers[cur].op = op;
+    fibers[cur].st = SIMD;
+    yield();
+    return fibers[cur].uout;
 }
 Reg::Reg(const char* name, unsigned size, Fn fn) { registry().push_back(Kernel{name, size, fn}); }
 }  // namespace qkcpu

@@ -21,6 +21,7 @@ struct Ids {
 Ids ids();
 void barrier();
 float simd_op(float v, int op); // 0: sum, 1: max
+uint simd_op_u(uint v, int op);  // 2: max, 3: min
 typedef void (*Fn)(const void*);
 struct Reg {
     Reg(const char* name, unsigned size, Fn fn);
@@ -55,6 +56,8 @@ struct Reg {
 
 static inline float qp_simd_sum(float v) { return qkcpu::simd_op(v, 0); }
 static inline float qp_simd_max(float v) { return qkcpu::simd_op(v, 1); }
+static inline uint qp_simd_max_u(uint v) { return qkcpu::simd_op_u(v, 2); }
+static inline uint qp_simd_min_u(uint v) { return qkcpu::simd_op_u(v, 3); }
 static inline float qp_exp(float x) { return std::exp(x); }
 static inline float qp_log1p(float x) { return std::log1p(x); }
 static inline float qp_tanh(float x) { return std::tanh(x); }
