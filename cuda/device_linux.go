@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -19,11 +18,11 @@ import (
 var driverSyms = []string{
 	"cuInit", "cuDriverGetVersion", "cuGetErrorName", "cuDeviceGetCount", "cuDeviceGet",
 	"cuDeviceGetName", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2",
-	"cuCtxSetCurrent", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamQuery",
+	"cuCtxSetCurrent", "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize",
 	"cuMemAlloc_v2", "cuMemFree_v2", "cuMemHostAlloc", "cuMemFreeHost", "cuMemHostGetDevicePointer_v2",
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
-	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventQuery", "cuEventElapsedTime", "cuEventDestroy_v2",
+	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime", "cuEventDestroy_v2",
 	"cuMemsetD32Async", "cuStreamWaitEvent", "cuMemGetInfo_v2",
 }
 
@@ -123,9 +122,6 @@ type gpu struct {
 	afterKernel bool
 	prevGroups  int  // groups of the last kernel launched
 	capturing   bool // between beginCapture and endCapture
-	// pollFor: how long a wait polls before it blocks (syncPoll; 0: it
-	// blocks at once).
-	pollFor time.Duration
 }
 
 // outp is the address of out-parameter slot i.
@@ -216,18 +212,12 @@ func openDevice(ordinal int) (device, error) {
 		g.drv.fn["cuLaunchKernelEx"] = p
 	}
 	g.pdl = pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, os.Getenv)
-	g.pollFor = syncPoll(os.Getenv)
 	return g, nil
 }
 
 // call invokes a driver function and turns a failing CUresult into *Error.
 func (g *gpu) call(name string, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(g.drv.fn[name], args...)
-	return g.result(name, r)
-}
-
-// result is a driver call's CUresult r as an error (nil for success).
-func (g *gpu) result(name string, r uintptr) error {
 	if code := uint32(r); code != cudaSuccess {
 		msg := "unknown CUresult"
 		g.out[3] = 0
@@ -259,29 +249,6 @@ func (g *gpu) do(fn func() error) error {
 	defer leave()
 	g.afterKernel = false
 	return fn()
-}
-
-// poll asks query (cuStreamQuery of a stream, cuEventQuery of an event)
-// whether the work before it is done, in the calling goroutine, for up to
-// g.pollFor (pollWait): true when it is. CUDA_ERROR_NOT_READY is "not
-// yet"; any other result is the call's error.
-func (g *gpu) poll(query string, arg uintptr) (bool, error) {
-	if g.pollFor <= 0 {
-		return false, nil
-	}
-	var done bool
-	err := g.do(func() error {
-		var err error
-		done, err = pollWait(func() (bool, error) {
-			r, _, _ := purego.SyscallN(g.drv.fn[query], arg)
-			if uint32(r) == cudaErrorNotReady {
-				return false, nil
-			}
-			return true, g.result(query, r)
-		}, g.pollFor)
-		return err
-	})
-	return done, err
 }
 
 func (g *gpu) name() string                  { return g.label }
@@ -502,9 +469,6 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 }
 
 func (g *gpu) sync() error {
-	if done, err := g.poll("cuStreamQuery", g.stream); done || err != nil {
-		return err
-	}
 	return bounded("cuStreamSynchronize", syncTimeout, func() error {
 		return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
 	})
@@ -565,9 +529,6 @@ func (g *gpu) waitEvent(s stream, e event) error {
 }
 
 func (g *gpu) eventSync(e event) error {
-	if done, err := g.poll("cuEventQuery", e); done || err != nil {
-		return err
-	}
 	return bounded("cuEventSynchronize", syncTimeout, func() error {
 		return g.do(func() error { return g.call("cuEventSynchronize", e) })
 	})

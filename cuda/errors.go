@@ -55,5 +55,4 @@ const (
 	cudaErrorInsufficientDriver = 35
 	cudaErrorNoDevice           = 100
 	cudaErrorInvalidDevice      = 101
-	cudaErrorNotReady           = 600 // a query's "not yet"
 )

@@ -1,12 +1,13 @@
 #!/bin/bash
-# The polled wait (cuda/wait.go, QPACK_CUDA_SYNC_POLL) on the device, one
-# call: the conformance suite with it on (its part of testdata/cuda/device.sh),
+# The polled wait (cuda/wait.go, QPACK_CUDA_SYNC_POLL, commit 5875b3a:
+# reverted after this measurement, BENCHMARKS.md "Fifteenth session") on
+# the device, one call: the conformance suite with it on (its part of testdata/cuda/device.sh),
 # then resident decode A/B, 35b dims, 8 layers, 32,768 logits: first each
 # one's step timeline (QPACK_CUDA_PROFILE=graphs, 256 tokens: the host's
 # time from a wait to its next submission), then 3
 # interleaved rounds of 1,024 tokens, poll (the default) against block
 # (QPACK_CUDA_SYNC_POLL=0). Each part archived to $OUT as it ends.
-# Built here (CGO_ENABLED=0 GOOS=linux GOARCH=amd64, -trimpath, gzip -9):
+# Built here from 5875b3a (CGO_ENABLED=0 GOOS=linux GOARCH=amd64, -trimpath, gzip -9):
 #   .devcarry-cuda/cuda.test.gz     go test -c -ldflags='-s -w' ./cuda/
 #   .devcarry-benchgpu/gpu-new.gz   go build -ldflags=-s ./bench/gpu
 # run: bash bench/gpu/scripts/session15-poll.sh
