@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/runtime/mlxq"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
@@ -166,6 +167,31 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 			return b.kDeltaNet(&q)
 		}, 0}
 	}
+	// attnCase: a decode token's attention at the 35B's full-attention
+	// dims (16 query heads of 256 with their gates interleaved, 2 KV
+	// heads) over pos cached positions, split as a decode step splits it
+	// (attention, then attention_merge), the cache rotating over copies
+	// past the L2 as a step finds it.
+	attnCase := func(pos int) kcase {
+		d := nn.AttnDims{Heads: 16, KVHeads: 2, HeadDim: 256, QStride: 512, Scale: 1 / 16.0}
+		kw := d.KVHeads * d.HeadDim
+		nsplit := attnSplits(1, d.Heads, gpukernels.AttnKeys(pos, 1, 0))
+		bytes := 4 * (2*(pos+1)*kw + d.Heads*d.QStride + d.Heads*d.HeadDim)
+		copies := min(64, max(1, (256<<20)/bytes))
+		type kvCopy struct{ k, v devptr }
+		cs := make([]kvCopy, copies)
+		for i := range cs {
+			cs[i] = kvCopy{upload(bb, b, benchInput(r, pos*kw)), upload(bb, b, benchInput(r, pos*kw))}
+		}
+		q := upload(bb, b, benchInput(r, d.Heads*d.QStride))
+		k, v := upload(bb, b, benchInput(r, kw)), upload(bb, b, benchInput(r, kw))
+		o := upload(bb, b, make([]byte, 4*d.Heads*d.HeadDim))
+		part := upload(bb, b, make([]byte, 4*max(1, int(attnPartFloats(1, d.Heads, d.HeadDim, nsplit)))))
+		return kcase{fmt.Sprintf("attention [16 x 256, 2 kv] over %d positions, %d runs", pos, nsplit), bytes, func(i int) error {
+			c := cs[i%copies]
+			return b.kAttention(o, q, k, v, c.k, c.v, part, pos, 1, 0, kw, kw, nsplit, d)
+		}, 0}
+	}
 	// topkCase: route_topk over a decode token's router logits.
 	topkCase := func(E, k int) kcase {
 		logits := upload(bb, b, benchInput(r, E))
@@ -200,6 +226,8 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		dnCase(false),
 		dnCase(true),
 		topkCase(256, 8),
+		attnCase(1024),
+		attnCase(4096),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)
