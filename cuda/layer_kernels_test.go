@@ -157,6 +157,36 @@ func TestLayerKernelsCPU(t *testing.T) {
 		}
 	})
 
+	// add_rms_norm_rows: the sum, then the norm of rms_norm_rows bit for
+	// bit (its contract), in registers (up to 4,096 wide, one batch or
+	// two, a partial one) and in the loops (wider); near the host's.
+	t.Run("add_rms_norm_rows", func(t *testing.T) {
+		for kind := nn.NormWeight; kind <= nn.NormUnit; kind++ {
+			for _, c := range []struct{ rows, width, ys int }{{2, 300, 0}, {1, 2048, 0}, {2, 3000, 3100}, {1, 4096, 0}, {2, 5000, 0}} {
+				ys := max(c.ys, c.width)
+				x, res, w := rnd(r, c.rows*c.width, 2), rnd(r, c.rows*c.width, 2), rnd(r, c.width, 1)
+				y0 := rnd(r, c.rows*ys, 1)
+				s := nn.NormSpec{Rows: c.rows, Width: c.width, YStride: c.ys, Eps: 1e-6, Kind: kind}
+				sum := make([]float32, len(x))
+				for i := range sum {
+					sum[i] = x[i] + res[i]
+				}
+				want := append([]float32(nil), y0...)
+				py := d.put(want)
+				must(b.kRMSNorm(py, d.put(sum), d.put(w), s))
+				want = d.get(py, len(y0))
+				px, py := d.put(x), d.put(y0)
+				must(b.kAddRMSNorm(px, d.put(res), py, d.put(w), s))
+				what := fmt.Sprintf("kind %d %+v", kind, c)
+				sameBits(t, what+": the sum", d.get(px, len(x)), sum)
+				sameBits(t, what+": rms_norm_rows of the sum", d.get(py, len(y0)), want)
+				hx, hy := append([]float32(nil), x...), append([]float32(nil), y0...)
+				nn.AddRMSNorm(host, nn.HostTensor(hx), nn.HostTensor(res), nn.HostTensor(hy), nn.HostTensor(w), s)
+				near(t, what+": the host's", d.get(py, len(y0)), hy, 2e-6)
+			}
+		}
+	})
+
 	t.Run("rope", func(t *testing.T) {
 		for _, c := range []struct {
 			rope          *nn.RoPE
