@@ -29,7 +29,8 @@
 # For another kernel change (the fifteenth session's second: the router's
 # rounds in integer reductions), PART=ab takes VARIANTS (ab.sh's list;
 # default the four above) and KDEFINES (the kernels' second run's
-# QPACK_CUDA_DEFINES; empty: that run is skipped).
+# QPACK_CUDA_DEFINES; empty: that run is skipped); PART=rec prints the
+# kernel lines that KGREP matches (default route_topk).
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -45,7 +46,7 @@ rec)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/kernels.tgz kernels-cuda.txt kernels-cuda-base.txt times.txt
-	grep -h "route_topk" $W/kernels-*.txt
+	grep -h "${KGREP:-route_topk}" $W/kernels-*.txt
 	OUT=$W/rec PARTS="env conformance" TOOLS="" timeout 250 bash testdata/cuda/device.sh >$W/rec/dev.txt 2>&1
 	echo "conformance done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/rec.tgz rec times.txt
