@@ -3,6 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkPlacementGPU(b *testing.B) {
 		b.Fatalf("probe: %v\n%s", err, log)
 	}
 	grids := []int{128, sms, 144, 256, 2 * sms, 288, 3 * sms}
-	maxGrid := 3 * sms
+	maxGrid := slices.Max(grids) // the buffers' size, on any device
 	const per4 = 40 << 10 / 16 // 40 KB a group
 	const rounds = 8
 	src, err := g.memAlloc(rounds * maxGrid * per4 * 16)

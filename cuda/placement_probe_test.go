@@ -72,7 +72,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) probe_place3(PlaceP p) {
 // placeStats summarises one launch of the probe: how many multiprocessors
 // ran a group, the most groups one ran, how many ran each count (index n:
 // multiprocessors with n groups), the groups that started only after some
-// group had ended (a later round), and the launch's span in µs.
+// group had ended (a later round; %globaltimer ticks about once a
+// microsecond on some parts, so a group that started in the tick the first
+// one ended counts), and the launch's span in µs.
 type placeStats struct {
 	used, most int
 	byCount    []int

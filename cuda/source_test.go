@@ -33,6 +33,13 @@ func TestParamStructSizes(t *testing.T) {
 	if !strings.Contains(src, fmt.Sprintf("#define QP_QROWS %d\n", qRows)) || !strings.Contains(src, fmt.Sprintf("#define QP_TG %d\n", tgThreads)) {
 		t.Errorf("QP_QROWS or QP_TG in the kernel source differ from qRows=%d, tgThreads=%d", qRows, tgThreads)
 	}
+	// route_topk keeps round r's choice in lane r % 32 (two rounds a
+	// lane): the host's limit on k must not pass 64, and must be the
+	// kernel's.
+	if !strings.Contains(src, fmt.Sprintf("#define QK_ROUTE_MAXK %d\n", routeMaxK)) ||
+		!strings.Contains(src, fmt.Sprintf("#define QK_ROUTE_MAXE %d\n", routeMaxE)) || routeMaxK > 2*simdWidth {
+		t.Errorf("QK_ROUTE_MAXK or QK_ROUTE_MAXE in the kernel source differ from routeMaxK=%d, routeMaxE=%d, or k passes two rounds a lane", routeMaxK, routeMaxE)
+	}
 	if !strings.Contains(src, fmt.Sprintf("#define QP_XS_COLS %d\n", stagedCols)) {
 		t.Errorf("QP_XS_COLS in the kernel source differs from stagedCols=%d (matCases' in-place rows)", stagedCols)
 	}
