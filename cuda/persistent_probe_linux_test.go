@@ -15,25 +15,7 @@ import (
 // measured in the same run). At 0 bytes the persistent figure is the cost
 // of one barrier.
 func BenchmarkPersistentPhasesGPU(b *testing.B) {
-	d, err := openDevice(0)
-	if err != nil {
-		if os.Getenv("QPACK_CUDA_REQUIRE") == "" {
-			b.Skipf("no CUDA device: %v", err)
-		}
-		b.Fatal(err)
-	}
-	defer d.close()
-	g, ok := d.(*gpu)
-	if !ok {
-		b.Skip("not a driver device")
-	}
-	sms, err := multiprocessors(g.name())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, log, err := g.compile(probeSource, "probe.cu"); err != nil {
-		b.Fatalf("probe: %v\n%s", err, log)
-	}
+	g, sms := probeDevice(b, probeSource, "probe.cu")
 	fPhase, err := g.function("probe_phase")
 	if err != nil {
 		b.Fatal(err)
@@ -191,4 +173,32 @@ func BenchmarkPersistentPhasesGPU(b *testing.B) {
 			}
 		}
 	}
+}
+
+// probeDevice opens the first device for a probe benchmark alone (skipping
+// without one unless QPACK_CUDA_REQUIRE is set), compiles the probe's own
+// source into it and returns it with its multiprocessor count; the device
+// is closed when the benchmark ends.
+func probeDevice(b *testing.B, src, name string) (*gpu, int) {
+	b.Helper()
+	d, err := openDevice(0)
+	if err != nil {
+		if os.Getenv("QPACK_CUDA_REQUIRE") == "" {
+			b.Skipf("no CUDA device: %v", err)
+		}
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.close() })
+	g, ok := d.(*gpu)
+	if !ok {
+		b.Skip("not a driver device")
+	}
+	sms, err := multiprocessors(g.name())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, log, err := g.compile(src, name); err != nil {
+		b.Fatalf("%s: %v\n%s", name, err, log)
+	}
+	return g, sms
 }

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"encoding/binary"
-	"os"
 	"slices"
 	"testing"
 )
@@ -18,28 +17,10 @@ import (
 //
 //	go test -c ./cuda && cd cuda && ./cuda.test -test.run '^$' -test.bench PlacementGPU -test.benchtime 1x -test.v
 func BenchmarkPlacementGPU(b *testing.B) {
-	d, err := openDevice(0)
-	if err != nil {
-		if os.Getenv("QPACK_CUDA_REQUIRE") == "" {
-			b.Skipf("no CUDA device: %v", err)
-		}
-		b.Fatal(err)
-	}
-	defer d.close()
-	g, ok := d.(*gpu)
-	if !ok {
-		b.Skip("not a driver device")
-	}
-	sms, err := multiprocessors(g.name())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, log, err := g.compile(placeSource, "place.cu"); err != nil {
-		b.Fatalf("probe: %v\n%s", err, log)
-	}
+	g, sms := probeDevice(b, placeSource, "place.cu")
 	grids := []int{128, sms, 144, 256, 2 * sms, 288, 3 * sms}
 	maxGrid := slices.Max(grids) // the buffers' size, on any device
-	const per4 = 40 << 10 / 16 // 40 KB a group
+	const per4 = 40 << 10 / 16   // 40 KB a group
 	const rounds = 8
 	src, err := g.memAlloc(rounds * maxGrid * per4 * 16)
 	if err != nil {
