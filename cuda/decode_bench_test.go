@@ -192,6 +192,17 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 			return b.kAttention(o, q, k, v, c.k, c.v, part, pos, 1, 0, kw, kw, nsplit, d)
 		}, 0}
 	}
+	// mergeCase: attention_merge alone, as attnCase's step ends: 16
+	// heads' nsplit runs of 256 dims (its share of attnCase's time).
+	mergeCase := func(nsplit int) kcase {
+		const heads, vd = 16, 256
+		o := upload(bb, b, make([]byte, 4*heads*vd))
+		part := upload(bb, b, benchInput(r, int(attnPartFloats(1, heads, vd, nsplit))))
+		return kcase{fmt.Sprintf("attention_merge [16 x 256] of %d runs", nsplit), 4 * int(attnPartFloats(1, heads, vd, nsplit)+heads*vd), func(int) error {
+			p := params(make([]byte, 0, sizeAttnMerge)).ptr(o).ptr(part).u32(heads).u32(vd).u32(nsplit).u32(0)
+			return b.launch("attention_merge", [3]int{heads, 1, 1}, tgThreads, p, sizeAttnMerge)
+		}, 0}
+	}
 	// topkCase: route_topk over a decode token's router logits.
 	topkCase := func(E, k int) kcase {
 		logits := upload(bb, b, benchInput(r, E))
@@ -228,6 +239,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		topkCase(256, 8),
 		attnCase(1024),
 		attnCase(4096),
+		mergeCase(32),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)

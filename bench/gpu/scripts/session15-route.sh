@@ -70,7 +70,7 @@ ab)
 		(cd cuda && QPACK_CUDA_DEFINES=$KD timeout 60 ../.devcarry-cuda/cuda.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-moe3.txt 2>&1)
 		echo "kernels ($KD) done at $(el) s" >>$W/times.txt
 		tar -C $W -czf $O/ab.tgz kernels-moe3.txt times.txt
-		grep -h "moe_" $W/kernels-moe3.txt
+		grep -h "${KGREP:-moe_}" $W/kernels-moe3.txt
 	fi
 	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base slot0:gpu-new:QPACK_CUDA_SHARED_SLOT=0 moe3:gpu-new:QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3"} DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 timeout $((L - 5 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
