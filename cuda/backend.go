@@ -38,8 +38,13 @@ type Backend struct {
 	host    []byte
 	scratch devptr
 	stats   Stats
-	prof    *profiler // QPACK_CUDA_PROFILE=1 (profile.go)
-	tl      *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go)
+	// pbuf holds the parameter block of the launch in progress: launch
+	// copies each block into it (under mu; every device copies a block
+	// before its launch returns), so that the blocks the callers build,
+	// which never leave launch, can live on their stacks.
+	pbuf []byte
+	prof *profiler // QPACK_CUDA_PROFILE=1 (profile.go)
+	tl   *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go)
 	// splitOverride, when > 0, replaces gemvSplit's choice (benchmarks
 	// and tests compare splits).
 	splitOverride int
@@ -433,7 +438,9 @@ func (b *Backend) launch(kernel string, grid [3]int, group int, p params, size i
 		}
 		g[i] = uint32(v)
 	}
-	run := func() error { return b.dev.launch(b.fn[kernel], g, [3]uint32{uint32(group), 1, 1}, p) }
+	b.pbuf = append(b.pbuf[:0], p...)
+	q := b.pbuf
+	run := func() error { return b.dev.launch(b.fn[kernel], g, [3]uint32{uint32(group), 1, 1}, q) }
 	if b.prof != nil {
 		if err := b.prof.around(b, kernel, run); err != nil {
 			return fmt.Errorf("kernel %s: %w", kernel, err)

@@ -43,7 +43,10 @@ type device interface {
 	dtod(dst, src devptr, n int) error
 	dtoh(dst []byte, src devptr) error
 	// launch queues kernel f over grid blocks of block threads, with one
-	// by-value parameter: the struct whose bytes are params.
+	// by-value parameter: the struct whose bytes are params, which it
+	// must not keep past its return (Backend.launch reuses that buffer;
+	// cuLaunchKernel copies the bytes, the recorder appends them to its
+	// own).
 	launch(f uintptr, grid, block [3]uint32, params []byte) error
 	// htodOn queues a copy from memory from hostAlloc to device memory on
 	// stream s.

@@ -93,7 +93,8 @@ func (l *Layer) MatMuls(x nn.Tensor, n int, ps []nn.Product) {
 	}
 	rest := ps
 	if n <= maxGridY {
-		rest = l.matMulSets(x, n, ps)
+		var restBuf [matMulBatch]nn.Product
+		rest = l.matMulSets(x, n, ps, restBuf[:0])
 	}
 	for _, p := range rest {
 		l.MatMul(p.W, p.Y, x, n)
@@ -106,25 +107,48 @@ type setKey struct {
 	cols, group, stype int
 }
 
+// setKernel is the gemv_*_set kernel of a gemv kernel (gemv_q4 or
+// gemv_q8), a constant: a decode step asks for it for every product.
+func setKernel(gemv string) string {
+	switch gemv {
+	case "gemv_q4":
+		return "gemv_q4_set"
+	case "gemv_q8":
+		return "gemv_q8_set"
+	}
+	return gemv + "_set"
+}
+
+// matMulBatch is how many products matMulSets groups without allocating
+// (a graph asks for a handful at a time).
+const matMulBatch = 8
+
 // matMulSets queues the products of ps that share a launch with another
-// and returns the rest, for MatMul. (A graph asks for a handful of products
-// at a time: the grouping is a scan, not a map.)
-func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
-	keys := make([]setKey, len(ps)) // "" kernel: not for a set
-	for i, p := range ps {
+// and appends the rest to rest, for MatMul. (A graph asks for a handful of
+// products at a time: the grouping is a scan, not a map.)
+func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product, rest []nn.Product) []nn.Product {
+	var keysBuf [matMulBatch]setKey
+	var doneBuf [matMulBatch]bool
+	var membersBuf [matMulBatch]int
+	keys := keysBuf[:0] // "" kernel: not for a set
+	for _, p := range ps {
+		var k setKey
 		d, ok := p.W.Dev.(*devMat)
 		m := p.W.W
 		if ok && (d.kernel == "gemv_q4" || d.kernel == "gemv_q8") && !useGemm(m, n) {
-			keys[i] = setKey{d.kernel + "_set", m.Cols, m.GroupSize, int(m.Type)}
+			k = setKey{setKernel(d.kernel), m.Cols, m.GroupSize, int(m.Type)}
 		}
+		keys = append(keys, k)
 	}
-	var rest []nn.Product
 	ok := l.lockKeep() // a pending norm may fuse into the first launch (launchSet)
 	defer l.unlock()
 	if !ok {
-		return nil // the error is kept; MatMul would skip them too
+		return rest // the error is kept; MatMul would skip them too
 	}
-	done := make([]bool, len(ps))
+	done := doneBuf[:0]
+	for range ps {
+		done = append(done, false)
+	}
 	for i, k := range keys {
 		if done[i] {
 			continue
@@ -133,7 +157,7 @@ func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
 		// to a launch; a lone one (or x not 16-byte aligned: MatMul
 		// copies it first) goes to MatMul.
 		var set gemvSet
-		var members []int
+		members := membersBuf[:0]
 		for j := i; j < len(ps); j++ {
 			if done[j] || keys[j] != k {
 				continue
@@ -164,7 +188,7 @@ func (l *Layer) matMulSets(x nn.Tensor, n int, ps []nn.Product) []nn.Product {
 			}
 			if err := l.launchSet(k, set, xp, n); err != nil {
 				l.fail("MatMuls", err)
-				return nil
+				return rest[:0]
 			}
 		}
 	}
@@ -190,7 +214,7 @@ func (s *gemvSet) add(d *devMat, y devptr, m mlxq.Matrix) {
 // gemvSet queues one gemv_*_set launch of up to gemvSetMax products of x
 // (n vectors, n ≤ maxGridY).
 func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
-	p, blocks, err := b.gemvSetBlock(k, s, xp, n)
+	p, blocks, err := b.gemvSetBlock(make(params, 0, sizeQGemvSet), k, s, xp, n)
 	if err != nil {
 		return err
 	}
@@ -198,8 +222,8 @@ func (b *Backend) gemvSet(k setKey, s gemvSet, xp devptr, n int) error {
 }
 
 // gemvSetBlock is a gemv_*_set launch's parameter block (QGemvSet) and
-// the row blocks of its grid.
-func (b *Backend) gemvSetBlock(k setKey, s gemvSet, xp devptr, n int) (params, int, error) {
+// the row blocks of its grid, appended to dst (empty).
+func (b *Backend) gemvSetBlock(dst params, k setKey, s gemvSet, xp devptr, n int) (params, int, error) {
 	if s.n < 1 || s.n > gemvSetMax || n < 1 || n > maxGridY {
 		return nil, 0, fmt.Errorf("cuda: kernel %s: %d products of %d vectors", k.kernel, s.n, n)
 	}
@@ -213,7 +237,7 @@ func (b *Backend) gemvSetBlock(k setKey, s gemvSet, xp devptr, n int) (params, i
 	}
 	split := b.gemvSplit(total, k.cols, bits, n)
 	per := rowsPerTG / split * qRows // rows per group of threads
-	p := params(make([]byte, 0, sizeQGemvSet))
+	p := dst[:0]
 	for _, a := range [][gemvSetMax]devptr{s.w, s.s, s.b, s.y} {
 		for _, v := range a {
 			p = p.ptr(v)

@@ -261,10 +261,10 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 		int64(a.Nv)*int64(a.Dk)*int64(a.Dv), int64(a.T)*int64(a.Nv)*int64(a.Dv), int64(a.T)*2*int64(a.Nk)); err != nil {
 		return err
 	}
-	p := params(make([]byte, 0, sizeDNConv)).ptr(a.Window).ptr(a.Mixed).ptr(a.Conv).ptr(a.Scratch).
+	pc := params(make([]byte, 0, sizeDNConv)).ptr(a.Window).ptr(a.Mixed).ptr(a.Conv).ptr(a.Scratch).
 		u32(a.T).u32(C).u32(a.K).u32(0)
 	// A group per 32 channels (gpukernels/40_deltanet.qk).
-	if err := b.launch("deltanet_conv", [3]int{ceilDiv(C, simdWidth), 1, 1}, tgThreads, p, sizeDNConv); err != nil {
+	if err := b.launch("deltanet_conv", [3]int{ceilDiv(C, simdWidth), 1, 1}, tgThreads, pc, sizeDNConv); err != nil {
 		return err
 	}
 	qScale := float32(1 / math.Sqrt(float64(a.Dk)))         // as nn.DeltaNetHost
@@ -273,12 +273,12 @@ func (b *Backend) kDeltaNet(a *deltaNetPtrs) error {
 	if cols && a.InlineQKNorm && a.T == 1 {
 		inline = qScale
 	} else {
-		p = params(make([]byte, 0, sizeDNNorm)).ptr(a.Scratch).u32(a.T).u32(C).u32(a.Nk).u32(a.Dk).f32(qScale).u32(0)
-		if err := b.launch("deltanet_qknorm", [3]int{a.T * 2 * a.Nk, 1, 1}, tgThreads, p, sizeDNNorm); err != nil {
+		pn := params(make([]byte, 0, sizeDNNorm)).ptr(a.Scratch).u32(a.T).u32(C).u32(a.Nk).u32(a.Dk).f32(qScale).u32(0)
+		if err := b.launch("deltanet_qknorm", [3]int{a.T * 2 * a.Nk, 1, 1}, tgThreads, pn, sizeDNNorm); err != nil {
 			return err
 		}
 	}
-	p = params(make([]byte, 0, sizeDNRec)).ptr(a.State).ptr(a.Y).ptr(a.Scratch).ptr(a.Z).ptr(a.B).ptr(a.A).
+	p := params(make([]byte, 0, sizeDNRec)).ptr(a.State).ptr(a.Y).ptr(a.Scratch).ptr(a.Z).ptr(a.B).ptr(a.A).
 		ptr(a.NegA).ptr(a.DtBias).ptr(a.Norm).
 		u32(a.T).u32(C).u32(a.Nk).u32(a.Nv).u32(a.Dk).u32(a.Dv).f32(a.Eps).f32(inline)
 	// Heads up to 128 x 128 (the real models') keep the state in registers

@@ -389,13 +389,14 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 		return err
 	}
 	groups, split := moeGrid(kernel, m, n, b.gemvSplit)
-	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, p.block(split), sizeMoE)
+	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, p.block(make(params, 0, sizeMoE), split), sizeMoE)
 }
 
-// block is the MoEParams block of p with that split.
-func (p moeParams) block(split int) []byte {
+// block is the MoEParams block of p with that split, appended to dst
+// (empty).
+func (p moeParams) block(dst params, split int) params {
 	m := p.m
-	return params(make([]byte, 0, sizeMoE)).ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).ptr(p.shared).
+	return dst[:0].ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).ptr(p.shared).
 		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(split)
 }
 

@@ -39,7 +39,7 @@ func (m *moeImage) floats(off uint64, n int) []float32 { return f32s(m.mem[off :
 func runMoEEmu(t *testing.T, bin, kernel string, gy int, split splitFunc, p moeParams, img *moeImage) *moeImage {
 	t.Helper()
 	gx, sp := moeGrid(kernel, p.m, gy, split)
-	q := p.block(sp)
+	q := p.block(nil, sp)
 	var in bytes.Buffer
 	in.Write(q)
 	binary.Write(&in, binary.LittleEndian, uint64(len(img.mem)))

@@ -318,7 +318,7 @@ func (l *Layer) matMulFused(w nn.Mat, y, x nn.Tensor, n int) bool {
 	if !l.fusesNorm(xp, n, m.Cols, &s) {
 		return false
 	}
-	if err := l.holdFused(setKey{d.kernel + "_set", m.Cols, m.GroupSize, int(m.Type)}, s); err != nil {
+	if err := l.holdFused(setKey{setKernel(d.kernel), m.Cols, m.GroupSize, int(m.Type)}, s); err != nil {
 		l.fail("MatMul", err)
 	}
 	return true
@@ -328,7 +328,7 @@ func (l *Layer) matMulFused(w nn.Mat, y, x nn.Tensor, n int) bool {
 // of products of its output (one vector), done the kernels' group counter;
 // with r.k > 0 the choice of r.k experts from the first product's logits.
 func (b *Backend) gemvSetNorm(k setKey, s gemvSet, p pendingNorm, done devptr, r routeArgs) error {
-	q, blocks, err := b.gemvSetBlock(k, s, p.x, 1) // the kernel reads x and r, never y
+	q, blocks, err := b.gemvSetBlock(make(params, 0, sizeQGemvSet), k, s, p.x, 1) // the kernel reads x and r, never y
 	if err != nil {
 		return err
 	}

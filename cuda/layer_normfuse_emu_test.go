@@ -160,7 +160,7 @@ func TestNormSetEmulated(t *testing.T) {
 		// The two launches the fused one replaces.
 		norm := params(nil).ptr(xo).ptr(ro).ptr(wp).ptr(yo).u32(1).u32(c.cols).u32(c.cols).f32(spec.Eps).u32(int(c.kind)).u32(0)
 		two := normSetImage(t, bin, "add_rms_norm_rows", 1, norm, []int{0, 8, 16, 24}, img)
-		blk, blocks, err := b.gemvSetBlock(k, set, yo, 1)
+		blk, blocks, err := b.gemvSetBlock(nil, k, set, yo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func TestNormSetEmulated(t *testing.T) {
 		}
 
 		// The fused launch, its block as gemvSetNorm lays it out.
-		blk, blocks, err = b.gemvSetBlock(k, set, xo, 1)
+		blk, blocks, err = b.gemvSetBlock(nil, k, set, xo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,13 +275,13 @@ func TestGatedNormSetEmulated(t *testing.T) {
 			t.Fatalf("DNRec block of %d bytes", len(out))
 		}
 		two := normSetImage(t, bin, "deltanet_out", c.nv, out, []int{0, 8, 16, 24, 32, 40, 48, 56, 64}, img)
-		blk, blocks, err := b.gemvSetBlock(k, set, yo, 1)
+		blk, blocks, err := b.gemvSetBlock(nil, k, set, yo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		two = normSetImage(t, bin, k.kernel, blocks, blk, setPtrs, two)
 
-		blk, blocks, err = b.gemvSetBlock(k, set, yo, 1)
+		blk, blocks, err = b.gemvSetBlock(nil, k, set, yo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,13 +338,13 @@ func TestSigmulSetEmulated(t *testing.T) {
 		set, _, outs := emuSet(t, r, img, c.rows, W, c.bits, c.group, c.st)
 		sm := params(nil).ptr(oo).ptr(go_).u32(c.heads).u32(c.hd).u32(c.hd).u32(c.gs)
 		two := normSetImage(t, bin, "sigmoid_mul", ceilDiv(W, tgThreads), sm, []int{0, 8}, img)
-		blk, blocks, err := b.gemvSetBlock(k, set, oo, 1)
+		blk, blocks, err := b.gemvSetBlock(nil, k, set, oo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		two = normSetImage(t, bin, k.kernel, blocks, blk, setPtrs, two)
 		none := ^uint64(0)
-		blk, blocks, err = b.gemvSetBlock(k, set, oo, 1)
+		blk, blocks, err = b.gemvSetBlock(nil, k, set, oo, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
