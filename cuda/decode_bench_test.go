@@ -171,11 +171,15 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 	// dims (16 query heads of 256 with their gates interleaved, 2 KV
 	// heads) over pos cached positions, split as a decode step splits it
 	// (attention, then attention_merge), the cache rotating over copies
-	// past the L2 as a step finds it.
-	attnCase := func(pos int) kcase {
+	// past the L2 as a step finds it; nsplit > 0 splits it into that many
+	// runs instead (the split's choice, AttnSplits, is the host's: these
+	// cases are what it would weigh).
+	attnCase := func(pos, nsplit int) kcase {
 		d := nn.AttnDims{Heads: 16, KVHeads: 2, HeadDim: 256, QStride: 512, Scale: 1 / 16.0}
 		kw := d.KVHeads * d.HeadDim
-		nsplit := attnSplits(1, d.Heads, gpukernels.AttnKeys(pos, 1, 0))
+		if nsplit == 0 {
+			nsplit = attnSplits(1, d.Heads, gpukernels.AttnKeys(pos, 1, 0))
+		}
 		bytes := 4 * (2*(pos+1)*kw + d.Heads*d.QStride + d.Heads*d.HeadDim)
 		copies := min(64, max(1, (256<<20)/bytes))
 		type kvCopy struct{ k, v devptr }
@@ -237,8 +241,16 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		dnCase(false),
 		dnCase(true),
 		topkCase(256, 8),
-		attnCase(1024),
-		attnCase(4096),
+		attnCase(100, 0), // below gpukernels.AttnSplitMinKeys: not split
+		attnCase(1024, 0),
+		attnCase(1024, 8),
+		attnCase(1024, 16),
+		attnCase(1024, 64),
+		attnCase(4096, 0),
+		attnCase(4096, 16),
+		attnCase(4096, 64),
+		attnCase(4096, 128),
+		mergeCase(16),
 		mergeCase(32),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
