@@ -530,10 +530,20 @@ func (b *Backend) gemv(kernel string, wp, sp, bp, xp, yp devptr, w mlxq.Matrix, 
 	return nil
 }
 
-// gemvWarps is how many simdgroups a 4- or 8-bit matvec should give the
-// device at least (about 16 for each of the H200's 132 multiprocessors: a
-// quarter of what they hold, enough loads in flight for its bandwidth).
-const gemvWarps = 2048
+// gemvWarps is how many simdgroups a 4- or 8-bit matvec (or set of them)
+// should give the device at least: about 8 for each of the H100's and
+// H200's 132 multiprocessors. The sixteenth session's BenchmarkDecodeKernels
+// (six runs, both cards): the [2048, 4096] output projection, 512 row
+// quads, takes 4.17-4.34 µs at split 2 (1,024 simdgroups) against
+// 4.59-4.73 at split 4 (2,048, the choice when this was 2,048), and every
+// other decode product's best split is the same at either figure.
+const gemvWarps = 1024
+
+// moeWarps is gemvWarps for the MoE gate/up (moe_gateup_*, whose groups
+// stage x and whose slots are the vectors): a decode step's 8 slots of
+// [512, 2048] take 7.08-7.44 µs at split 2 (2,048 simdgroups) against
+// 8.51 at split 1 (H100 and H200, fifteenth and sixteenth sessions).
+const moeWarps = 2048
 
 // gemvSplit is how many simdgroups share a row quad's chunks in gemv_q4,
 // gemv_q8 and their sets: the fewest (a power of two up to QP_SIMDS) that
@@ -550,11 +560,23 @@ func (b *Backend) gemvSplit(rows, cols, bits, n int) int {
 	return gemvSplitFor(rows, cols, bits, n)
 }
 
-func gemvSplitFor(rows, cols, bits, n int) int {
+// moeSplit is gemvSplit for a MoE gate/up of n slots.
+func (b *Backend) moeSplit(rows, cols, bits, n int) int {
+	if b.splitOverride > 0 {
+		return b.splitOverride
+	}
+	return moeSplitFor(rows, cols, bits, n)
+}
+
+func gemvSplitFor(rows, cols, bits, n int) int { return splitForWarps(rows, cols, bits, n, gemvWarps) }
+
+func moeSplitFor(rows, cols, bits, n int) int { return splitForWarps(rows, cols, bits, n, moeWarps) }
+
+func splitForWarps(rows, cols, bits, n, warps int) int {
 	chunks := cols * bits / 128
 	quads := ceilDiv(rows, qRows) * n
 	split := 1
-	for split < rowsPerTG && quads*split < gemvWarps && chunks >= 2*split*simdWidth {
+	for split < rowsPerTG && quads*split < warps && chunks >= 2*split*simdWidth {
 		split *= 2
 	}
 	return split

@@ -86,7 +86,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		}
 		split := 0 // gate/up splits its rows' chunks as gemvSplit says
 		if !down {
-			_, split = moeGrid(kernel, m, n, gemvSplitFor)
+			_, split = moeGrid(kernel, m, n, moeSplitFor)
 		}
 		nsb := m.Rows * (m.Cols / m.GroupSize) * 2
 		bytes := slots*(m.Rows*m.RowBytes()+2*nsb) + 4*n*m.Cols + 4*slots*m.Rows

@@ -388,7 +388,7 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 	if err := checkExt(kernel, int64(n)*int64(max(m.Rows, m.Cols)), int64(p.slots())*int64(n)*int64(m.Cols)); err != nil {
 		return err
 	}
-	groups, split := moeGrid(kernel, m, n, b.gemvSplit)
+	groups, split := moeGrid(kernel, m, n, b.moeSplit)
 	return b.launch(kernel, [3]int{groups, n, 1}, tgThreads, p.block(make(params, 0, sizeMoE), split), sizeMoE)
 }
 

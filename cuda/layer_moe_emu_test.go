@@ -59,7 +59,7 @@ func runMoEEmu(t *testing.T, bin, kernel string, gy int, split splitFunc, p moeP
 	return &moeImage{mem: raw}
 }
 
-// splitFunc picks gateup's split (gemvSplitFor, or a test's forced one).
+// splitFunc picks gateup's split (moeSplitFor, or a test's forced one).
 type splitFunc = func(rows, cols, bits, n int) int
 
 func buildMoEEmu(t *testing.T, defines ...string) string {
@@ -135,7 +135,7 @@ func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 		if build != "staged" && (c.bits != 4 && c.bits != 8 || c.H > 256) {
 			continue
 		}
-		split := gemvSplitFor
+		split := moeSplitFor
 		if c.split > 0 {
 			split = func(int, int, int, int) int { return c.split }
 		}
