@@ -1,12 +1,14 @@
 #!/bin/bash
 # Builds what bench/gpu/scripts/session15-route.sh carries, on the
-# development machine: cuda-base.test and gpu-base from HEAD (a temporary
-# git worktree), the rest from the working tree with its uncommitted
+# development machine: cuda-base.test and gpu-base from HEAD, or from the
+# commit BASE names (a temporary git worktree), the rest from the working
+# tree with its uncommitted
 # kernel change (or, with PATCH=file on a clean tree, with that patch
 # applied and left applied, for the landing commit). Each binary for
 # linux/amd64 without cgo, gzipped.
 #   bash bench/gpu/scripts/session15-build.sh
 #   PATCH=cuda/pending/x.patch bash bench/gpu/scripts/session15-build.sh
+#   BASE=ce8105f bash bench/gpu/scripts/session15-build.sh   (host changes since ce8105f)
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 if [ -n "${PATCH:-}" ] && ! git diff --quiet; then
@@ -19,7 +21,7 @@ rm -rf $C $B $G
 mkdir -p $C $B $G
 WT=$(mktemp -d /tmp/qpack-base.XXXXXX)
 trap 'git worktree remove --force "$WT" 2>/dev/null; rm -rf "$WT"' EXIT
-git worktree add -q --detach "$WT" HEAD
+git worktree add -q --detach "$WT" "${BASE:-HEAD}"
 (cd "$WT" && go test -c -trimpath -ldflags='-s -w' -o $C/cuda-base.test ./cuda/ &&
 	go build -trimpath -ldflags=-s -o $G/gpu-base ./bench/gpu)
 if [ -n "${PATCH:-}" ]; then

@@ -25,6 +25,8 @@
 #   .devcarry-backendcli/{qpack,cmd.test}.gz and device.sh   as testdata/cuda/cli/device.sh says
 #   .devcarry-benchgpu/gpu-new.gz, gpu-base.gz   go build -ldflags=-s ./bench/gpu, with and without
 # run: PART=rec LIMIT=560 bash bench/gpu/scripts/session15-route.sh, then PART=ab
+# (PART=kernels: the working tree's BenchmarkDecodeKernels alone, for host
+# changes that need no recording)
 #   carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu
 # For another kernel change (the fifteenth session's second: the router's
 # rounds in integer reductions), PART=ab takes VARIANTS (ab.sh's list;
@@ -40,6 +42,14 @@ W=/tmp/s15
 mkdir -p $W/rec/cli
 for f in cuda cuda-base; do [ -f .devcarry-cuda/$f.test ] || gunzip -k .devcarry-cuda/$f.test.gz; done
 case ${PART:-rec} in
+kernels)
+	# BenchmarkDecodeKernels of the working tree's build alone (no
+	# recording: for host changes, before PART=ab).
+	(cd cuda && timeout 90 ../.devcarry-cuda/cuda.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-cuda.txt 2>&1)
+	echo "kernels done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/kernels.tgz kernels-cuda.txt times.txt
+	grep -h "${KGREP:-attention}" $W/kernels-cuda.txt
+	;;
 rec)
 	for f in cuda-base cuda; do
 		(cd cuda && timeout 60 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
