@@ -173,8 +173,10 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 	// (attention, then attention_merge), the cache rotating over copies
 	// past the L2 as a step finds it; nsplit > 0 splits it into that many
 	// runs instead (the split's choice, AttnSplits, is the host's: these
-	// cases are what it would weigh).
-	attnCase := func(pos, nsplit int) kcase {
+	// cases are what it would weigh). hot keeps one copy, in the L2 after
+	// the first launch: what is left is the kernels' own time, without
+	// the memory's latency and bandwidth.
+	attnCase := func(pos, nsplit int, hot bool) kcase {
 		d := nn.AttnDims{Heads: 16, KVHeads: 2, HeadDim: 256, QStride: 512, Scale: 1 / 16.0}
 		kw := d.KVHeads * d.HeadDim
 		if nsplit == 0 {
@@ -182,6 +184,10 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		}
 		bytes := 4 * (2*(pos+1)*kw + d.Heads*d.QStride + d.Heads*d.HeadDim)
 		copies := min(64, max(1, (256<<20)/bytes))
+		where := ""
+		if hot {
+			copies, where = 1, ", in the L2"
+		}
 		type kvCopy struct{ k, v devptr }
 		cs := make([]kvCopy, copies)
 		for i := range cs {
@@ -191,7 +197,7 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		k, v := upload(bb, b, benchInput(r, kw)), upload(bb, b, benchInput(r, kw))
 		o := upload(bb, b, make([]byte, 4*d.Heads*d.HeadDim))
 		part := upload(bb, b, make([]byte, 4*max(1, int(attnPartFloats(1, d.Heads, d.HeadDim, nsplit)))))
-		return kcase{fmt.Sprintf("attention [16 x 256, 2 kv] over %d positions, %d runs", pos, nsplit), bytes, func(i int) error {
+		return kcase{fmt.Sprintf("attention [16 x 256, 2 kv] over %d positions, %d runs%s", pos, nsplit, where), bytes, func(i int) error {
 			c := cs[i%copies]
 			return b.kAttention(o, q, k, v, c.k, c.v, part, pos, 1, 0, kw, kw, nsplit, d)
 		}, 0}
@@ -241,15 +247,17 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		dnCase(false),
 		dnCase(true),
 		topkCase(256, 8),
-		attnCase(100, 0), // below gpukernels.AttnSplitMinKeys: not split
-		attnCase(1024, 0),
-		attnCase(1024, 8),
-		attnCase(1024, 16),
-		attnCase(1024, 64),
-		attnCase(4096, 0),
-		attnCase(4096, 16),
-		attnCase(4096, 64),
-		attnCase(4096, 128),
+		attnCase(100, 0, false), // below gpukernels.AttnSplitMinKeys: not split
+		attnCase(1024, 0, false),
+		attnCase(1024, 0, true),
+		attnCase(1024, 8, false),
+		attnCase(1024, 16, false),
+		attnCase(1024, 64, false),
+		attnCase(4096, 0, false),
+		attnCase(4096, 0, true),
+		attnCase(4096, 16, false),
+		attnCase(4096, 64, false),
+		attnCase(4096, 128, false),
 		mergeCase(16),
 		mergeCase(32),
 	}
