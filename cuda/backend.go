@@ -554,18 +554,20 @@ const moeWarps = 2048
 // walking its chunks one memory latency after another. The choice depends
 // on the shape alone, so a product's bits are the same every time.
 func (b *Backend) gemvSplit(rows, cols, bits, n int) int {
-	if b.splitOverride > 0 {
-		return b.splitOverride
-	}
-	return gemvSplitFor(rows, cols, bits, n)
+	return b.splitTo(rows, cols, bits, n, gemvWarps)
 }
 
 // moeSplit is gemvSplit for a MoE gate/up of n slots.
 func (b *Backend) moeSplit(rows, cols, bits, n int) int {
+	return b.splitTo(rows, cols, bits, n, moeWarps)
+}
+
+// splitTo is splitForWarps, or the split a benchmark or test forces.
+func (b *Backend) splitTo(rows, cols, bits, n, warps int) int {
 	if b.splitOverride > 0 {
 		return b.splitOverride
 	}
-	return moeSplitFor(rows, cols, bits, n)
+	return splitForWarps(rows, cols, bits, n, warps)
 }
 
 func gemvSplitFor(rows, cols, bits, n int) int { return splitForWarps(rows, cols, bits, n, gemvWarps) }
