@@ -400,3 +400,29 @@ func weights(m mlxq.Matrix) []float32 {
 	mlxq.DecodeFloats(w, m.Weight, m.Type)
 	return w
 }
+
+// A decode step's shared expert rides as the routed experts' slot k for
+// the shapes the models ship (the 35B's and Qwen3-Next's [512, 2048]
+// 4-bit experts, 8 and 10 routed): sharedSlot must ask the split the
+// gate/up launch uses (moeSplit). When it asked gemvSplit after that
+// target moved to 1,024 simdgroups, the 35B's decode fell back to the
+// shared expert's own two launches (+16 launches a token at 8 layers,
+// 1,567 -> 1,482 tok/s on an H100 in the seventeenth session).
+func TestSharedSlotAtDecode(t *testing.T) {
+	q := func(rows, cols int) mlxq.Matrix {
+		return mlxq.Matrix{Rows: rows, Cols: cols, Bits: 4, GroupSize: 64, Type: mlxq.BF16}
+	}
+	kern := [2]string{"moe_gateup_q4", "moe_down_q4"}
+	for _, k := range []int{8, 10} {
+		tab := &expertTable{shape: [3]mlxq.Matrix{q(512, 2048), q(512, 2048), q(2048, 512)}, kernels: kern}
+		se := &sharedExpert{gate: q(512, 2048), down: q(2048, 512), kernels: kern}
+		b := &Backend{}
+		if !b.sharedSlot(tab, se, 1, k) {
+			t.Errorf("k=%d: a decode step's shared expert is not slot k", k)
+		}
+		b.noSharedSlot = true
+		if b.sharedSlot(tab, se, 1, k) {
+			t.Errorf("k=%d: slot k with %s=0", k, sharedSlotEnv)
+		}
+	}
+}

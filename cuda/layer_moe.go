@@ -418,13 +418,13 @@ func (b *Backend) sharedSlot(tab *expertTable, se *sharedExpert, T, k int) bool 
 	if g.Bits != 4 && g.Bits != 8 {
 		return true // gateup splits only 4- and 8-bit rows
 	}
-	s := b.gemvSplit(g.Rows, g.Cols, g.Bits, T*(k+1))
-	return s == b.gemvSplit(g.Rows, g.Cols, g.Bits, T*k) && s == b.gemvSplit(g.Rows, g.Cols, g.Bits, T)
+	s := b.moeSplit(g.Rows, g.Cols, g.Bits, T*(k+1))
+	return s == b.moeSplit(g.Rows, g.Cols, g.Bits, T*k) && s == b.moeSplit(g.Rows, g.Cols, g.Bits, T)
 }
 
 // moeGrid is the row blocks (groups along x) of a moe_* kernel over n slots
 // (gateup) or tokens (down) of products of shape m, and gateup's split
-// (splitFor: gemvSplit's choice for the slots, so that a decode step's
+// (splitFor: moeSplit's choice for the slots, so that a decode step's
 // few slots fill the device; 1 for the other kernels). A gateup group
 // takes QP_SIMDS/split row quads (rows of one for 2, 3, 5, 6 bits and
 // dense), a down group one row quad, two where qp_moe_down_half splits
