@@ -11,7 +11,8 @@ import (
 // attention_tile on the GPU at Qwen3.6-35B's attention dims (16 query
 // heads over 2 KV heads of 256 dims): a prompt of 300 tokens, then a chunk
 // of 64 over the cache, full and with a sliding window of 128, against the
-// host's KVCache.Attend, and against the per-(token, head) kernel.
+// host's KVCache.Attend, and against the per-(token, head) kernel; then a
+// decode step and a chunk of two (attention_gqa, split into runs).
 func TestAttentionTileGPU(t *testing.T) {
 	b := openOrSkip(t)
 	l := b.LayerDevice().(*Layer)
@@ -26,7 +27,7 @@ func TestAttentionTileGPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			rr := rand.New(rand.NewPCG(87, uint64(window)))
-			for _, T := range []int{300, 64} {
+			for _, T := range []int{300, 64, 1, 2} { // then decode steps: attention_gqa
 				q, k, v := randVec(rr, T*d.Heads*d.QStride, 1), randVec(rr, T*kw, 1), randVec(rr, T*vw, 1)
 				want := make([]float32, T*d.Heads*d.HeadDim)
 				ref.Attend(want, q, k, v, T, d)

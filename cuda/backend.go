@@ -52,6 +52,10 @@ type Backend struct {
 	// attention kernel instead of attention_tile (gpukernels.AttnTiled;
 	// tests cover both).
 	attnTileOff bool
+	// attnGQAOff keeps decode on the per-(token, head) attention kernel
+	// instead of attention_gqa (QPACK_CUDA_ATTN_GQA=0: A/B runs; tests
+	// cover both).
+	attnGQAOff bool
 	// noSharedSlot runs a shared expert in launches of its own, never as
 	// the routed experts' slot k (QPACK_CUDA_SHARED_SLOT=0: A/B runs;
 	// tests cover both).
@@ -154,7 +158,7 @@ func newBackend(dev device) (*Backend, error) {
 		slog.Warn("cuda: kernels compiled with QPACK_CUDA_DEFINES (a benchmark switch, not a tested build)", "defines", defs)
 		version += " with " + defs
 	}
-	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0",
+	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0", attnGQAOff: os.Getenv(attnGQAEnv) == "0",
 		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv))}

@@ -176,11 +176,19 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 	// cases are what it would weigh). hot keeps one copy, in the L2 after
 	// the first launch: what is left is the kernels' own time, without
 	// the memory's latency and bandwidth.
-	attnCase := func(pos, nsplit int, hot bool) kcase {
+	// gqa runs attention_gqa (a group per KV head and run) instead of the
+	// per-(token, head) kernel.
+	attnCase := func(pos, nsplit int, hot, gqa bool) kcase {
 		d := nn.AttnDims{Heads: 16, KVHeads: 2, HeadDim: 256, QStride: 512, Scale: 1 / 16.0}
 		kw := d.KVHeads * d.HeadDim
+		b.attnGQAOff = !gqa
+		defer func() { b.attnGQAOff = false }()
 		if nsplit == 0 {
-			nsplit = attnSplits(1, d.Heads, gpukernels.AttnKeys(pos, 1, 0))
+			nsplit = b.attnSplitsFor(1, d, d.HeadDim, gpukernels.AttnKeys(pos, 1, 0))
+		}
+		kernel := "attention"
+		if gqa {
+			kernel = "attention_gqa"
 		}
 		bytes := 4 * (2*(pos+1)*kw + d.Heads*d.QStride + d.Heads*d.HeadDim)
 		copies := min(64, max(1, (256<<20)/bytes))
@@ -197,8 +205,11 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		k, v := upload(bb, b, benchInput(r, kw)), upload(bb, b, benchInput(r, kw))
 		o := upload(bb, b, make([]byte, 4*d.Heads*d.HeadDim))
 		part := upload(bb, b, make([]byte, 4*max(1, int(attnPartFloats(1, d.Heads, d.HeadDim, nsplit)))))
-		return kcase{fmt.Sprintf("attention [16 x 256, 2 kv] over %d positions, %d runs%s", pos, nsplit, where), bytes, func(i int) error {
+		return kcase{fmt.Sprintf("%s [16 x 256, 2 kv] over %d positions, %d runs%s", kernel, pos, nsplit, where), bytes, func(i int) error {
 			c := cs[i%copies]
+			was := b.attnGQAOff
+			b.attnGQAOff = !gqa
+			defer func() { b.attnGQAOff = was }()
 			return b.kAttention(o, q, k, v, c.k, c.v, part, pos, 1, 0, kw, kw, nsplit, d)
 		}, 0}
 	}
@@ -247,19 +258,32 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		dnCase(false),
 		dnCase(true),
 		topkCase(256, 8),
-		attnCase(100, 0, false), // below gpukernels.AttnSplitMinKeys: not split
-		attnCase(1024, 0, false),
-		attnCase(1024, 0, true),
-		attnCase(1024, 8, false),
-		attnCase(1024, 16, false),
-		attnCase(1024, 64, false),
-		attnCase(4096, 0, false),
-		attnCase(4096, 0, true),
-		attnCase(4096, 16, false),
-		attnCase(4096, 64, false),
-		attnCase(4096, 128, false),
+		// The per-(token, head) kernel: 100 positions are below
+		// gpukernels.AttnSplitMinKeys (not split).
+		attnCase(100, 0, false, false),
+		attnCase(1024, 0, false, false),
+		attnCase(1024, 0, true, false),
+		attnCase(1024, 16, false, false),
+		attnCase(4096, 0, false, false),
+		attnCase(4096, 16, false, false),
+		attnCase(16384, 0, false, false),
+		// attention_gqa: its own split (AttnGQASplits), and others.
+		attnCase(100, 0, false, true),
+		attnCase(100, 1, false, true),
+		attnCase(1024, 0, false, true),
+		attnCase(1024, 0, true, true),
+		attnCase(1024, 8, false, true),
+		attnCase(1024, 16, false, true),
+		attnCase(1024, 64, false, true),
+		attnCase(4096, 0, false, true),
+		attnCase(4096, 0, true, true),
+		attnCase(4096, 32, false, true),
+		attnCase(4096, 128, false, true),
+		attnCase(16384, 0, false, true),
+		attnCase(16384, 128, false, true),
 		mergeCase(16),
 		mergeCase(32),
+		mergeCase(64),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)

@@ -493,7 +493,7 @@ func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
 
 // layerKernelPtrs is the number of device addresses each whole-layer
 // kernel's parameter block starts with.
-var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "rms_norm_rope": 3, "attention": 7, "attention_tile": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
+var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "rms_norm_rope": 3, "attention": 7, "attention_tile": 7, "attention_gqa": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
 	"deltanet_rec": 9, "deltanet_rec_reg": 9, "deltanet_rec_cols": 9, "deltanet_out": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
 	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "scatter_rows2": 5, "route_topk": 3,
 	"select_chunk": 2, "select_merge": 2, "select_list": 5}
@@ -574,12 +574,16 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			hd = 2 * pairs
 		}
 		h.RoPE(T(ptr(0), span(rows, stride, hd)), r, nn.RoPESpec{Rows: rows, PerPos: perPos, Stride: stride, Pos0: pos0})
-	case "attention", "attention_tile":
+	case "attention", "attention_tile", "attention_gqa":
 		nt, heads, kvh, hd, vd, qs, kw, vw, pos, win, scale := u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8), u(9), fl(10)
 		ns, keys := max(u(11), 1), u(12)
 		if k == "attention_tile" {
 			if ns != 1 || int(grid[0]) != gpukernels.AttnTileGroups(nt, heads, kvh) || !gpukernels.AttnTiled(nt, hd, vd) {
 				f.t.Fatalf("attention_tile grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
+			}
+		} else if k == "attention_gqa" {
+			if int(grid[0]) != nt*kvh*ns || !gpukernels.AttnGQA(heads, kvh, hd, vd) || nt >= gpukernels.AttnTileMinTokens {
+				f.t.Fatalf("attention_gqa grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
 			}
 		} else if int(grid[0]) != nt*heads*ns {
 			f.t.Fatalf("attention grid %v for %d tokens of %d heads in %d runs", grid, nt, heads, ns)

@@ -402,11 +402,11 @@ func TestRecorderLayerGraphsFake(t *testing.T) {
 				}
 			}
 			for k, n := range g.sets {
-				if k != "rope" && k != "rms_norm_rope" && k != "attention" {
+				if k != "rope" && k != "rms_norm_rope" && k != "attention" && k != "attention_gqa" {
 					t.Errorf("%d parameter sets of %s over 32 decode steps", n, k)
 				}
 			}
-			if g.sets["attention"] == 0 {
+			if g.sets["attention"]+g.sets["attention_gqa"] == 0 {
 				t.Error("no attention parameters set: the positions did not move?")
 			}
 			t.Logf("parameters set over 32 steps: %v", g.sets)

@@ -77,7 +77,7 @@ func defineToken(s string, value bool) bool {
 var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "gemv_q4_set", "gemv_q8_set", "gemv_q4_set_norm", "gemv_q8_set_norm", "gemv_q4_set_gnorm", "gemv_q8_set_gnorm",
 	"gemv_q4_set_sigmul", "gemv_q8_set_sigmul", "rms_norm", "swiglu",
 	// the whole-layer kernels (internal/gpukernels, launched by layer_kernels.go)
-	"rms_norm_rows", "add_rms_norm_rows", "rope", "rms_norm_rope", "attention", "attention_tile", "attention_merge", "deltanet_conv", "deltanet_qknorm", "deltanet_rec", "deltanet_rec_reg",
+	"rms_norm_rows", "add_rms_norm_rows", "rope", "rms_norm_rope", "attention", "attention_tile", "attention_gqa", "attention_merge", "deltanet_conv", "deltanet_qknorm", "deltanet_rec", "deltanet_rec_reg",
 	"deltanet_rec_cols", "deltanet_out", "scale", "softcap", "glu", "add", "sigmoid_mul", "add_gated", "combine",
 	"gather", "gather_rows", "scatter_rows", "scatter_rows2", "route_topk", "select_chunk", "select_merge", "select_list",
 	// routed experts on the device (kernels/22_moe.cu, launched by layer_moe.go)

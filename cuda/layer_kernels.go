@@ -217,7 +217,11 @@ func (b *Backend) kAttention(o, q, k, v, kc, vc, part devptr, pos, T, window, kW
 	if nsplit == 1 && !b.attnTileOff && gpukernels.AttnTiled(T, d.HeadDim, vd) {
 		return b.launch("attention_tile", [3]int{gpukernels.AttnTileGroups(T, d.Heads, d.KVHeads), 1, 1}, tgThreads, p, sizeAttn)
 	}
-	if err := b.launch("attention", [3]int{T * d.Heads * nsplit, 1, 1}, tgThreads, p, sizeAttn); err != nil || nsplit == 1 {
+	kernel, groups := "attention", T*d.Heads*nsplit
+	if b.attnGQA(T, d, vd) {
+		kernel, groups = "attention_gqa", T*d.KVHeads*nsplit
+	}
+	if err := b.launch(kernel, [3]int{groups, 1, 1}, tgThreads, p, sizeAttn); err != nil || nsplit == 1 {
 		return err
 	}
 	p = params(make([]byte, 0, sizeAttnMerge)).ptr(o).ptr(part).u32(T * d.Heads).u32(vd).u32(nsplit).u32(0)
@@ -236,10 +240,33 @@ const attnBusyGroups = 128
 
 // attnSplits is the number of runs kAttention cuts each (token, head)'s keys
 // into for a chunk of T tokens of heads heads whose last token sees
-// maxKeys keys.
+// maxKeys keys, on the per-(token, head) kernel.
 func attnSplits(T, heads, maxKeys int) int {
 	return gpukernels.AttnSplits(T, heads, maxKeys, attnBusyGroups)
 }
+
+// attnSplitsFor is attnSplits for the kernel kAttention picks for a chunk
+// of T tokens of dims d (value dim vd).
+func (b *Backend) attnSplitsFor(T int, d nn.AttnDims, vd, maxKeys int) int {
+	if b.attnGQA(T, d, vd) {
+		// Two groups a multiprocessor: on the H100, at 4,096 and 16,384
+		// positions 256 groups (runs of 32 and 128 keys) were faster
+		// than 128 (BenchmarkDecodeKernels, seventeenth session).
+		return gpukernels.AttnGQASplits(T, d.KVHeads, maxKeys, 2*attnBusyGroups)
+	}
+	return attnSplits(T, d.Heads, maxKeys)
+}
+
+// attnGQA reports whether kAttention runs attention_gqa (a group per
+// token, KV head and run, scoring the KV head's query heads together) for
+// a chunk of T tokens: chunks too short for attention_tile (decode), dims
+// it takes, unless QPACK_CUDA_ATTN_GQA=0.
+func (b *Backend) attnGQA(T int, d nn.AttnDims, vd int) bool {
+	return !b.attnGQAOff && T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(d.Heads, d.KVHeads, d.HeadDim, vd)
+}
+
+// attnGQAEnv set to 0 keeps decode on the per-(token, head) attention.
+const attnGQAEnv = "QPACK_CUDA_ATTN_GQA"
 
 // kDeltaNet runs the Gated DeltaNet conv, q/k norms and recurrence over a
 // chunk (nn.DeltaNetArgs documents the arithmetic), updating the window and

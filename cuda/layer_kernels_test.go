@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/qpack-go/qpack/internal/gpukernels"
 	"github.com/qpack-go/qpack/internal/gpukernels/cpurun"
 	"github.com/qpack-go/qpack/runtime/nn"
 )
@@ -210,6 +211,11 @@ func TestLayerKernelsCPU(t *testing.T) {
 			// attention_tile's: Qwen3.6-35B's heads, and a window over the
 			// cache with unequal head and value dims.
 			{0, 40, 0, 16, 2, 256, 256, 256}, {100, 37, 64, 8, 1, 128, 96, 160},
+			// attention_gqa's (chunks below 4 tokens): a decode step at
+			// the 35B's dims past several chunks of 128 keys, a window
+			// over a ring with 4 query heads a KV head and unequal dims,
+			// 8 a KV head at small dims.
+			{700, 1, 0, 16, 2, 256, 256, 512}, {1000, 2, 300, 8, 2, 64, 128, 64}, {40, 1, 0, 8, 1, 16, 24, 16},
 		} {
 			kw, vw := c.kvh*c.hd, c.kvh*c.vd
 			d2 := nn.AttnDims{Heads: c.heads, KVHeads: c.kvh, HeadDim: c.hd, QStride: c.qstride, VDim: c.vd, Scale: 0.125}
@@ -234,14 +240,22 @@ func TestLayerKernelsCPU(t *testing.T) {
 			if c.T*c.heads <= 6 {
 				splits = append(splits, 260)
 			}
-			for _, ns := range splits {
-				b.attnTileOff = ns < 0
-				ns = max(ns, 1)
-				po := d.put(make([]float32, len(want)))
-				part := d.put(make([]float32, attnPartFloats(c.T, c.heads, c.vd, ns)))
-				must(b.kAttention(po, d.put(Q), d.put(K), d.put(V), d.put(kc), d.put(vc), part, c.pre, c.T, c.window, kw, vw, ns, d2))
-				near(t, fmt.Sprintf("%+v nsplit %d, tiles off %v", c, ns, b.attnTileOff), d.get(po, len(want)), want, 2e-5)
-				b.attnTileOff = false
+			// Below 4 tokens, with attention_gqa where it takes the dims
+			// and without.
+			gqa := []bool{false}
+			if c.T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(c.heads, c.kvh, c.hd, c.vd) {
+				gqa = append(gqa, true)
+			}
+			for _, g := range gqa {
+				for _, ns := range splits {
+					b.attnTileOff, b.attnGQAOff = ns < 0, !g
+					ns = max(ns, 1)
+					po := d.put(make([]float32, len(want)))
+					part := d.put(make([]float32, attnPartFloats(c.T, c.heads, c.vd, ns)))
+					must(b.kAttention(po, d.put(Q), d.put(K), d.put(V), d.put(kc), d.put(vc), part, c.pre, c.T, c.window, kw, vw, ns, d2))
+					near(t, fmt.Sprintf("%+v nsplit %d, tiles off %v, gqa %v", c, ns, b.attnTileOff, g), d.get(po, len(want)), want, 2e-5)
+					b.attnTileOff, b.attnGQAOff = false, false
+				}
 			}
 		}
 	})

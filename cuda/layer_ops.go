@@ -222,7 +222,7 @@ func (l *Layer) Attention(kvs nn.KVState, O, Q, K, V nn.Tensor, T int, d nn.Attn
 		l.fail("Attention", err)
 		return
 	}
-	nsplit := attnSplits(T, d.Heads, gpukernels.AttnKeys(kv.n, T, kv.window))
+	nsplit := l.b.attnSplitsFor(T, d, vd, gpukernels.AttnKeys(kv.n, T, kv.window))
 	var part devptr
 	if l.kernels && nsplit > 1 {
 		var err error

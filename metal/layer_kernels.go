@@ -212,10 +212,21 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 	}
 	// A long context with few groups: the keys in runs, merged after
 	// (gpukernels.AttnSplits).
+	// A few tokens (decode) whose heads attention_gqa takes: a group per
+	// token, KV head and run, its query heads scored together
+	// (gpukernels/32_attention_gqa.qk).
 	maxKeys := gpukernels.AttnKeys(pos, T, W)
+	kernel, groups := "attention", T*dm.Heads
+	if T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(dm.Heads, dm.KVHeads, dm.HeadDim, vd) && d.has("attention_gqa") {
+		kernel, groups = "attention_gqa", T*dm.KVHeads
+	}
 	nsplit := 1
 	if d.has("attention_merge") {
-		nsplit = gpukernels.AttnSplits(T, dm.Heads, maxKeys, attnBusyGroups)
+		if kernel == "attention_gqa" {
+			nsplit = gpukernels.AttnGQASplits(T, dm.KVHeads, maxKeys, attnBusyGroups)
+		} else {
+			nsplit = gpukernels.AttnSplits(T, dm.Heads, maxKeys, attnBusyGroups)
+		}
 	}
 	p := d.b.params("attention").u32("T", T).u32("heads", dm.Heads).u32("kvheads", dm.KVHeads).u32("hd", dm.HeadDim).
 		u32("vd", vd).u32("qstride", dm.QStride).u32("kwidth", c.kW).u32("vwidth", c.vW).u32("pos", pos).
@@ -226,7 +237,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 		d.entry("attention_tile", gpukernels.AttnTileGroups(T, dm.Heads, dm.KVHeads), 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
 			ptrIn("kc", c.k), ptrIn("vc", c.v), null("part"))
 	} else if nsplit == 1 {
-		d.entry("attention", T*dm.Heads, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
+		d.entry(kernel, groups, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
 			ptrIn("kc", c.k), ptrIn("vc", c.v), null("part"))
 	} else {
 		n := T * dm.Heads * nsplit * (vd + 2)
@@ -237,7 +248,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 		}
 		part := nn.Tensor{Buf: buf, Off: off / 4, N: n}
 		p.u32("nsplit", nsplit).u32("keys", ceilDiv(maxKeys, nsplit))
-		d.entry("attention", T*dm.Heads*nsplit, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
+		d.entry(kernel, groups*nsplit, 1, p, ptrOut("o", O), ptrIn("q", Q), ptrIn("k", K), ptrIn("v", V),
 			ptrIn("kc", c.k), ptrIn("vc", c.v), ptrOut("part", part))
 		pm := d.b.params("attention_merge").u32("rows", T*dm.Heads).u32("vd", vd).u32("nsplit", nsplit)
 		d.entry("attention_merge", T*dm.Heads, 1, pm, ptrOut("o", O), ptrIn("part", part))

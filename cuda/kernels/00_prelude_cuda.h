@@ -109,6 +109,10 @@ QP_DEVICE float qp_half_sum(float v) {
     return v;
 }
 
+// Lane ^ o's v (o below 32): one exchange of a butterfly. Called in
+// control flow that is uniform per simdgroup.
+QP_DEVICE float qp_simd_xor(float v, uint o) { return __shfl_xor_sync(0xffffffffu, v, (int)o); }
+
 // The maximum over the 32 lanes of a simdgroup, in every lane (butterfly).
 QP_DEVICE float qp_simd_max(float v) {
     for (int o = 16; o > 0; o >>= 1) {

@@ -62,3 +62,36 @@ func AttnTiled(T, hd, vd int) bool {
 func AttnTileGroups(T, heads, kvheads int) int {
 	return kvheads * ((T*(heads/kvheads) + AttnTileRows - 1) / AttnTileRows)
 }
+
+// The attention with a KV head's query heads scored together
+// (32_attention_gqa.qk): at most AttnGQAMaxHeads query heads a KV head,
+// head and value dims at most AttnGQAMaxDim. Its groups are (token, KV
+// head, run): a decode step at the 35B's dims has 2 of them unsplit, so it
+// splits further than the per-head kernel, into runs of at least
+// AttnGQARunKeys keys (a chunk of its scores: each of the 8 simdgroups
+// scores 4 keys at a time), at most AttnGQASplitMax of them.
+const (
+	AttnGQAMaxHeads = 8
+	AttnGQAMaxDim   = 256
+	AttnGQARunKeys  = 32
+	AttnGQASplitMax = 128
+)
+
+// AttnGQA reports whether attention_gqa takes heads query heads over
+// kvheads KV heads of head dim hd and value dim vd.
+func AttnGQA(heads, kvheads, hd, vd int) bool {
+	return kvheads >= 1 && heads >= kvheads && heads%kvheads == 0 && heads/kvheads <= AttnGQAMaxHeads &&
+		hd >= 1 && hd <= AttnGQAMaxDim && vd >= 1 && vd <= AttnGQAMaxDim
+}
+
+// AttnGQASplits is AttnSplits for attention_gqa: runs of a chunk of T
+// tokens over kvheads KV heads whose last token sees maxKeys keys, until
+// the chunk has about busy groups or the runs reach AttnGQARunKeys keys.
+func AttnGQASplits(T, kvheads, maxKeys, busy int) int {
+	groups := T * kvheads
+	n := 1
+	for n < AttnGQASplitMax && n*AttnGQARunKeys < maxKeys && groups*n < busy {
+		n *= 2
+	}
+	return n
+}

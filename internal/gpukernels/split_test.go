@@ -47,3 +47,45 @@ func TestAttnTileGeometry(t *testing.T) {
 		t.Error("AttnTiled's limits")
 	}
 }
+
+func TestAttnGQASplits(t *testing.T) {
+	for _, c := range []struct{ T, kvh, keys, busy, want int }{
+		{1, 2, 1, 128, 1},     // the first token
+		{1, 2, 32, 128, 1},    // one run's worth
+		{1, 2, 33, 128, 2},    // runs of 17
+		{1, 2, 100, 128, 4},   // runs of 25
+		{1, 2, 1025, 128, 64}, // 128 groups
+		{1, 2, 1024, 128, 32}, // runs of 32
+		{1, 2, 1 << 20, 128, 64},
+		{1, 2, 1 << 20, 256, 128}, // capped
+		{1, 4, 1 << 20, 128, 32},  // 128 groups
+		{3, 2, 4096, 128, 32},    // 192 groups
+		{64, 2, 4096, 128, 1},    // enough groups already
+	} {
+		got := AttnGQASplits(c.T, c.kvh, c.keys, c.busy)
+		if got != c.want {
+			t.Errorf("AttnGQASplits(%d, %d, %d, %d) = %d, want %d", c.T, c.kvh, c.keys, c.busy, got, c.want)
+		}
+		if got&(got-1) != 0 || got > AttnGQASplitMax {
+			t.Errorf("AttnGQASplits(%d, %d, %d, %d) = %d: not a power of two up to %d", c.T, c.kvh, c.keys, c.busy, got, AttnGQASplitMax)
+		}
+	}
+}
+
+// The host's limits are the kernel's.
+func TestAttnGQAGeometry(t *testing.T) {
+	src := Bodies()
+	for _, d := range []string{fmt.Sprintf("#define QK_GQA_G %d\n", AttnGQAMaxHeads), fmt.Sprintf("#define QK_GQA_D %d\n", AttnGQAMaxDim)} {
+		if !strings.Contains(src, d) {
+			t.Errorf("32_attention_gqa.qk lacks %q", d)
+		}
+	}
+	for _, c := range []struct {
+		heads, kvh, hd, vd int
+		want               bool
+	}{{16, 2, 256, 256, true}, {32, 4, 128, 128, true}, {16, 1, 256, 256, false}, {8, 8, 64, 64, true}, {16, 2, 512, 512, false}, {16, 2, 256, 257, false}, {6, 4, 64, 64, false}} {
+		if got := AttnGQA(c.heads, c.kvh, c.hd, c.vd); got != c.want {
+			t.Errorf("AttnGQA(%+v) = %v", c, got)
+		}
+	}
+}

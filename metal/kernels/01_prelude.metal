@@ -61,6 +61,8 @@ inline float qp_simd_sum(float v) {
     }
     return v;
 }
+// Lane ^ o's v (o below 32): one exchange of a butterfly.
+inline float qp_simd_xor(float v, uint o) { return simd_shuffle_xor(v, ushort(o)); }
 inline float qp_simd_max(float v) {
     for (ushort o = 16; o > 0; o >>= 1) {
         float w = simd_shuffle_xor(v, o);

@@ -32,7 +32,9 @@
 # rounds in integer reductions), PART=ab takes VARIANTS (ab.sh's list;
 # default the four above) and KDEFINES (the kernels' second run's
 # QPACK_CUDA_DEFINES; empty: that run is skipped); PART=rec prints the
-# kernel lines that KGREP matches (default route_topk).
+# kernel lines that KGREP matches (default route_topk). PART=ab also takes
+# TOKENS and ROUNDS (default 1,024 and 3) and CONTEXT (ab.sh's prompt before
+# the resident decode, default 16).
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -82,7 +84,7 @@ ab)
 		tar -C $W -czf $O/ab.tgz kernels-moe3.txt times.txt
 		grep -h "${KGREP:-moe_}" $W/kernels-moe3.txt
 	fi
-	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base slot0:gpu-new:QPACK_CUDA_SHARED_SLOT=0 moe3:gpu-new:QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3"} DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 timeout $((L - 5 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
+	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base slot0:gpu-new:QPACK_CUDA_SHARED_SLOT=0 moe3:gpu-new:QPACK_CUDA_DEFINES=QP_MOE_MIN_GROUPS=3"} DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=${TOKENS:-1024} timeout $((L - 5 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/ab.tgz kernels-moe3.txt ab ab.txt times.txt
 	cat $W/times.txt

@@ -99,6 +99,9 @@ var attnCases = []attnCase{
 	// shim runs it in minutes otherwise; windows and empty runs are the
 	// kernels' own tests'.)
 	{"full-split-decode", nn.AttnDims{Heads: 1, KVHeads: 1, HeadDim: 16, QStride: 16, VDim: 12, Scale: 0.25}, 0, []int{128, 1, 2}},
+	// Decode with heads wider than the GPUs' GQA kernel takes (256: Gemma
+	// 4's global layers have 512), on their per-(token, head) kernel.
+	{"wide-heads-decode", nn.AttnDims{Heads: 2, KVHeads: 1, HeadDim: 264, QStride: 264, Scale: 0.0625}, 0, []int{3, 1, 1}},
 }
 
 // attnChunk queues one chunk of random Q, K, V on kv and checks O against

@@ -106,6 +106,23 @@ void runGroup() {
             for (int j = 0; j < 32; j++) {
                 if (l[j].op != l[0].op) fail("lanes of one simdgroup at different reductions");
             }
+            if (l[0].op == 4) {
+                // An exchange: lane j gets lane j ^ o's value (o the same
+                // in every lane, below 32).
+                uint32_t o = l[0].uin;
+                for (int j = 0; j < 32; j++) {
+                    if (l[j].uin != o) fail("lanes of one simdgroup exchanging with different lanes");
+                }
+                if (o >= 32) fail("a simdgroup exchange with lane ^ " + std::to_string(o));
+                for (int j = 0; j < 32; j++) {
+                    l[j].out = l[j ^ o].in;
+                }
+                for (int j = 0; j < 32; j++) {
+                    l[j].st = RUN;
+                }
+                progress = true;
+                continue;
+            }
             if (l[0].op >= 2) {
                 // An integer's maximum or minimum: one value for every lane.
                 uint32_t r = l[0].uin;
@@ -176,6 +193,14 @@ void barrier() {
 float simd_op(float v, int op) {
     fibers[cur].in = v;
     fibers[cur].op = op;
+    fibers[cur].st = SIMD;
+    yield();
+    return fibers[cur].out;
+}
+float simd_xor(float v, uint o) {
+    fibers[cur].in = v;
+    fibers[cur].uin = o;
+    fibers[cur].op = 4;
     fibers[cur].st = SIMD;
     yield();
     return fibers[cur].out;

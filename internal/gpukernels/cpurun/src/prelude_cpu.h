@@ -21,6 +21,7 @@ struct Ids {
 Ids ids();
 void barrier();
 float simd_op(float v, int op); // 0: sum, 1: max
+float simd_xor(float v, uint o); // lane ^ o's v
 uint simd_op_u(uint v, int op);  // 2: max, 3: min
 typedef void (*Fn)(const void*);
 struct Reg {
@@ -56,6 +57,7 @@ struct Reg {
 
 static inline float qp_simd_sum(float v) { return qkcpu::simd_op(v, 0); }
 static inline float qp_simd_max(float v) { return qkcpu::simd_op(v, 1); }
+static inline float qp_simd_xor(float v, uint o) { return qkcpu::simd_xor(v, o); }
 static inline uint qp_simd_max_u(uint v) { return qkcpu::simd_op_u(v, 2); }
 static inline uint qp_simd_min_u(uint v) { return qkcpu::simd_op_u(v, 3); }
 static inline float qp_exp(float x) { return std::exp(x); }
