@@ -582,7 +582,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 				f.t.Fatalf("attention_tile grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
 			}
 		} else if k == "attention_gqa" {
-			if int(grid[0]) != nt*kvh*ns || !gpukernels.AttnGQA(heads, kvh, hd, vd) || nt >= gpukernels.AttnTileMinTokens {
+			if int(grid[0]) != nt*kvh*ns || !gpukernels.AttnGQA(nt, heads, kvh, hd, vd) {
 				f.t.Fatalf("attention_gqa grid %v for %d tokens of %d heads (%d KV), dims %d, %d, %d runs", grid, nt, heads, kvh, hd, vd, ns)
 			}
 		} else if int(grid[0]) != nt*heads*ns {

@@ -262,7 +262,7 @@ func (b *Backend) attnSplitsFor(T int, d nn.AttnDims, vd, maxKeys int) int {
 // a chunk of T tokens: chunks too short for attention_tile (decode), dims
 // it takes, unless QPACK_CUDA_ATTN_GQA=0.
 func (b *Backend) attnGQA(T int, d nn.AttnDims, vd int) bool {
-	return !b.attnGQAOff && T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(d.Heads, d.KVHeads, d.HeadDim, vd)
+	return !b.attnGQAOff && gpukernels.AttnGQA(T, d.Heads, d.KVHeads, d.HeadDim, vd)
 }
 
 // attnGQAEnv set to 0 keeps decode on the per-(token, head) attention.

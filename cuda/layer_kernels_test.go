@@ -243,7 +243,7 @@ func TestLayerKernelsCPU(t *testing.T) {
 			// Below 4 tokens, with attention_gqa where it takes the dims
 			// and without.
 			gqa := []bool{false}
-			if c.T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(c.heads, c.kvh, c.hd, c.vd) {
+			if gpukernels.AttnGQA(c.T, c.heads, c.kvh, c.hd, c.vd) {
 				gqa = append(gqa, true)
 			}
 			for _, g := range gqa {

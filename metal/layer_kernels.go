@@ -217,7 +217,7 @@ func (d *Device) kAttention(c *kvState, O, Q, K, V nn.Tensor, T int, dm nn.AttnD
 	// (gpukernels/32_attention_gqa.qk).
 	maxKeys := gpukernels.AttnKeys(pos, T, W)
 	kernel, groups := "attention", T*dm.Heads
-	if T < gpukernels.AttnTileMinTokens && gpukernels.AttnGQA(dm.Heads, dm.KVHeads, dm.HeadDim, vd) && d.has("attention_gqa") {
+	if gpukernels.AttnGQA(T, dm.Heads, dm.KVHeads, dm.HeadDim, vd) && d.has("attention_gqa") {
 		kernel, groups = "attention_gqa", T*dm.KVHeads
 	}
 	nsplit := 1

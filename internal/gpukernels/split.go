@@ -77,10 +77,11 @@ const (
 	AttnGQASplitMax = 128
 )
 
-// AttnGQA reports whether attention_gqa takes heads query heads over
-// kvheads KV heads of head dim hd and value dim vd.
-func AttnGQA(heads, kvheads, hd, vd int) bool {
-	return kvheads >= 1 && heads >= kvheads && heads%kvheads == 0 && heads/kvheads <= AttnGQAMaxHeads &&
+// AttnGQA reports whether attention_gqa takes a chunk of T tokens of heads
+// query heads over kvheads KV heads of head dim hd and value dim vd: chunks
+// too short for attention_tile (AttnTileMinTokens: decode), dims it holds.
+func AttnGQA(T, heads, kvheads, hd, vd int) bool {
+	return T >= 1 && T < AttnTileMinTokens && kvheads >= 1 && heads >= kvheads && heads%kvheads == 0 && heads/kvheads <= AttnGQAMaxHeads &&
 		hd >= 1 && hd <= AttnGQAMaxDim && vd >= 1 && vd <= AttnGQAMaxDim
 }
 

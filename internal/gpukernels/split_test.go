@@ -59,8 +59,8 @@ func TestAttnGQASplits(t *testing.T) {
 		{1, 2, 1 << 20, 128, 64},
 		{1, 2, 1 << 20, 256, 128}, // capped
 		{1, 4, 1 << 20, 128, 32},  // 128 groups
-		{3, 2, 4096, 128, 32},    // 192 groups
-		{64, 2, 4096, 128, 1},    // enough groups already
+		{3, 2, 4096, 128, 32},     // 192 groups
+		{64, 2, 4096, 128, 1},     // enough groups already
 	} {
 		got := AttnGQASplits(c.T, c.kvh, c.keys, c.busy)
 		if got != c.want {
@@ -84,7 +84,7 @@ func TestAttnGQAGeometry(t *testing.T) {
 		heads, kvh, hd, vd int
 		want               bool
 	}{{16, 2, 256, 256, true}, {32, 4, 128, 128, true}, {16, 1, 256, 256, false}, {8, 8, 64, 64, true}, {16, 2, 512, 512, false}, {16, 2, 256, 257, false}, {6, 4, 64, 64, false}} {
-		if got := AttnGQA(c.heads, c.kvh, c.hd, c.vd); got != c.want {
+		if got := AttnGQA(1, c.heads, c.kvh, c.hd, c.vd); got != c.want {
 			t.Errorf("AttnGQA(%+v) = %v", c, got)
 		}
 	}
