@@ -177,6 +177,12 @@ func newBackend(dev device) (*Backend, error) {
 		}
 		b.fn[k] = f
 	}
+	if b.tl != nil {
+		b.tl.names = make(map[uintptr]string, len(b.fn))
+		for k, f := range b.fn {
+			b.tl.names[f] = k
+		}
+	}
 	return b, nil
 }
 

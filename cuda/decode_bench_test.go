@@ -232,6 +232,17 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 			return b.kRouteTopK(sel, wts, logits, 1, E, k, true)
 		}, 0}
 	}
+	// selectCase: the top of a decode step's logits (select_chunk,
+	// select_merge, select_list), k 64 as the bench's sampler.
+	selectCase := func(n, k int) kcase {
+		logits := upload(bb, b, benchInput(r, n))
+		G, limit := gpukernels.SelectChunks(n), k+gpukernels.SelSlack
+		part := upload(bb, b, make([]byte, 4*G*k))
+		out := upload(bb, b, make([]byte, 4*(1+G+2*G*limit)))
+		return kcase{fmt.Sprintf("select [%d] k %d (3 kernels)", n, k), 4 * n, func(int) error {
+			return b.kSelectTop(out, logits, part, n, k, limit)
+		}, 0}
+	}
 	const hidden = 2048
 	x := upload(bb, b, make([]byte, 4*hidden))
 	res := upload(bb, b, make([]byte, 4*hidden))
@@ -284,6 +295,8 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		mergeCase(16),
 		mergeCase(32),
 		mergeCase(64),
+		selectCase(32768, 64),
+		selectCase(248320, 64),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)

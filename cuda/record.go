@@ -331,7 +331,7 @@ func (r *recorder) flush() error {
 		if r.tl == nil {
 			return fn()
 		}
-		return r.tl.around(r.d, len(ops), graph, fn)
+		return r.tl.around(r.d, ops, graph, fn)
 	}
 	if r.on && len(ops) >= graphMinOps {
 		h := shapeHash(ops)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,9 @@ const profileGraphs = "graphs"
 // last bin has none.
 var gapBounds = [...]float64{1, 5, 20, 100}
 
+// labelsShown is how many kinds of queue (by their ops) the report lists.
+const labelsShown = 24
+
 type timeline struct {
 	t       kernelTimer
 	pending []submission
@@ -42,6 +46,8 @@ type timeline struct {
 	gapN                  [len(gapBounds) + 1]int
 	gapMS                 [len(gapBounds) + 1]float64
 	bySize                map[int]*kernelTime // GPU time inside queues by their ops (a layer's kind)
+	byLabel               map[string]*queueTime
+	names                 map[uintptr]string // kernel names by function, for the labels (nil: addresses)
 
 	// The host after a wait (see the type's comment): when the last wait
 	// ended and the first op after it was queued (zero: none pending), and
@@ -56,6 +62,52 @@ type submission struct {
 	from, to event
 	ops      int
 	graph    bool
+	label    string // the queue's ops in order (queueLabel)
+}
+
+// queueTime is the GPU time inside the queues of one label, and in the
+// gaps just before them (what precedes a kind of queue: a decode step's
+// boundary precedes its first layer's).
+type queueTime struct {
+	n          int
+	ms, gapMS  float64
+	maxOps     int
+	firstIndex int // the label's first queue's index, for a stable order
+}
+
+// queueLabel names a queue by its ops: kernels by name, copies and
+// memsets by kind, in order, a run of one name as "name xN".
+func queueLabel(ops []recOp, names map[uintptr]string) string {
+	var s strings.Builder
+	name := func(op recOp) string {
+		switch op.kind {
+		case opLaunch:
+			if n, ok := names[op.fn]; ok {
+				return n
+			}
+			return fmt.Sprintf("fn%#x", op.fn)
+		case opHtoD:
+			return "htod"
+		case opDtoD:
+			return "dtod"
+		}
+		return "memset"
+	}
+	for i := 0; i < len(ops); {
+		n, j := name(ops[i]), i+1
+		for j < len(ops) && name(ops[j]) == n {
+			j++
+		}
+		if i > 0 {
+			s.WriteByte(' ')
+		}
+		s.WriteString(n)
+		if j-i > 1 {
+			fmt.Fprintf(&s, " x%d", j-i)
+		}
+		i = j
+	}
+	return s.String()
 }
 
 func newTimeline(dev device) *timeline {
@@ -63,7 +115,7 @@ func newTimeline(dev device) *timeline {
 	if !ok {
 		return nil
 	}
-	return &timeline{t: t, bySize: map[int]*kernelTime{}}
+	return &timeline{t: t, bySize: map[int]*kernelTime{}, byLabel: map[string]*queueTime{}}
 }
 
 // waited notes that a wait for the GPU ended now.
@@ -96,13 +148,13 @@ func (tl *timeline) submitted() {
 
 // around brackets submit (a queue of n ops; graph: as a graph launch) with
 // events recorded on d's compute stream.
-func (tl *timeline) around(d device, n int, graph bool, submit func() error) error {
+func (tl *timeline) around(d device, ops []recOp, graph bool, submit func() error) error {
 	tl.submitted()
 	from, to, err := bracket(d, tl.t, &tl.free, submit)
 	if err != nil {
 		return err
 	}
-	tl.pending = append(tl.pending, submission{from, to, n, graph})
+	tl.pending = append(tl.pending, submission{from, to, len(ops), graph, queueLabel(ops, tl.names)})
 	if len(tl.pending) >= 512 {
 		return tl.collect(d)
 	}
@@ -135,12 +187,21 @@ func (tl *timeline) collect(d device) error {
 		}
 		kt.n++
 		kt.ms += float64(ms)
+		qt := tl.byLabel[s.label]
+		if qt == nil {
+			qt = &queueTime{firstIndex: tl.queues}
+			tl.byLabel[s.label] = qt
+		}
+		qt.n++
+		qt.ms += float64(ms)
+		qt.maxOps = s.ops
 		if tl.prev != 0 {
 			gap, err := tl.t.elapsed(tl.prev, s.from)
 			if err != nil {
 				return err
 			}
 			tl.addGap(float64(gap))
+			qt.gapMS += float64(gap)
 			tl.free = append(tl.free, tl.prev)
 		}
 		tl.free = append(tl.free, s.from)
@@ -172,6 +233,7 @@ func (tl *timeline) reset(d device) {
 	tl.inside, tl.between = 0, 0
 	tl.gapN, tl.gapMS = [len(gapBounds) + 1]int{}, [len(gapBounds) + 1]float64{}
 	clear(tl.bySize)
+	clear(tl.byLabel)
 	tl.waitEnd, tl.firstOp = time.Time{}, time.Time{}
 	tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit = 0, 0, 0, 0
 }
@@ -215,6 +277,17 @@ func (tl *timeline) String() string {
 			hi = fmt.Sprint(gapBounds[i])
 		}
 		fmt.Fprintf(&s, "  gaps of %s-%s us: %6d, %9.3f ms\n", lo, hi, tl.gapN[i], tl.gapMS[i])
+	}
+	// The kinds of queue that took the most GPU time (labelsShown of
+	// them), in the order they first ran.
+	labels := slices.SortedFunc(maps.Keys(tl.byLabel), func(a, b string) int {
+		return cmp.Compare(tl.byLabel[b].ms+tl.byLabel[b].gapMS, tl.byLabel[a].ms+tl.byLabel[a].gapMS)
+	})
+	labels = labels[:min(len(labels), labelsShown)]
+	slices.SortFunc(labels, func(a, b string) int { return cmp.Compare(tl.byLabel[a].firstIndex, tl.byLabel[b].firstIndex) })
+	for _, l := range labels {
+		qt := tl.byLabel[l]
+		fmt.Fprintf(&s, "  %6d queues, %8.2f us inside each, %8.2f us in the gap before each: %s\n", qt.n, 1000*qt.ms/float64(qt.n), 1000*qt.gapMS/float64(qt.n), l)
 	}
 	if n := tl.afterWaits; n > 0 {
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }

@@ -109,7 +109,8 @@ func TestTimelineFake(t *testing.T) {
 		t.Fatalf("host after waits: %d (6 steps), %v to the first op, %v to the submission (at most %v)",
 			tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit)
 	}
-	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") || !strings.Contains(p, "the host after a wait") {
+	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") || !strings.Contains(p, "the host after a wait") ||
+		!strings.Contains(p, "in the gap before each: ") || !strings.Contains(p, " route_topk") {
 		t.Fatalf("timeline report:\n%s", p)
 	}
 	t.Logf("\n%s", p)

@@ -151,6 +151,22 @@ QP_DEVICE uint qp_simd_min_u(uint v) {
 #endif
 }
 
+// An unsigned integer's sum over the 32 lanes (modulo 2^32), in every
+// lane: one redux.sync from sm_80 on, a butterfly before (any order gives
+// the same sum).
+QP_DEVICE uint qp_simd_sum_u(uint v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint r;
+    asm volatile("redux.sync.add.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+#else
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+#endif
+}
+
 // A float's bits and back.
 QP_DEVICE float qp_as_float(uint u) { return __uint_as_float(u); }
 QP_DEVICE uint qp_as_uint(float x) { return __float_as_uint(x); }

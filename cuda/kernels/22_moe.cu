@@ -207,12 +207,36 @@ QP_DEVICE void qp_moe_gateup(const MoEParams& p) {
     uint s = QP_GROUP_Y; // token s / kk's slot s % kk
     uint kk = qp_moe_slots(p);
     QP_GLOBAL const float* x = p.x + ulong(s / kk) * p.cols;
+    bool active = row0 < p.rows; // uniform per simdgroup
+    // The slot's expert is read before x is staged, so that its load
+    // overlaps the staging's (BenchmarkDecodeKernels, H100, eighteenth
+    // session: 10.48 against 10.77 us with the shared expert as slot k,
+    // 7.35 against 7.44 without). Prefetching the up rows into the L2 once
+    // the expert is known (so that their loads, which wait for the gate's
+    // sums, would not start a second trip to HBM) was slower: 12.24 and
+    // 8.56 us; the expert table's lines prefetched before the wait with
+    // them, the same. Gate and up in one loop (both matrices' loads at
+    // once, x read once: qp_rows_q over two matrices) spilled 40 bytes at
+    // 128 registers and was slower too: 7.38 against 6.83 us, 10.62
+    // against 10.24 (H200).
+    uint slot = s % kk;
+    int chosen = active && slot < p.k ? p.sel[(s / kk) * p.k + slot] : 0;
     bool staged = false;
     if constexpr (Q) {
         staged = qp_stage_x<BITS>(xs, x, p.cols); // every thread (a barrier)
     }
-    bool active = row0 < p.rows; // uniform per simdgroup
-    QP_GLOBAL const ulong* m = active ? qp_moe_mats(p, s / kk, s % kk, lane) : (QP_GLOBAL const ulong*)0;
+    QP_GLOBAL const ulong* m = (QP_GLOBAL const ulong*)0;
+    if (active) {
+        if (slot == p.k) {
+            m = p.shared;
+        } else if (chosen < 0 || uint(chosen) >= p.E) {
+            if (lane == 0) {
+                *p.fault = p.layer + 1u; // as qp_moe_expert
+            }
+        } else {
+            m = p.table + ulong(chosen) * 9;
+        }
+    }
     int e = m != 0 ? 0 : -1;
     float g[QP_QROWS] = {};
     float u[QP_QROWS] = {};

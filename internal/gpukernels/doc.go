@@ -37,10 +37,10 @@
 //   - qp_simd_sum(float), qp_simd_max(float): over the 32 lanes, the same
 //     bits in every lane (a butterfly: v op= shuffle_xor(v, o) for o = 16,
 //     8, 4, 2, 1), called with all 32 lanes active.
-//   - qp_simd_max_u(uint), qp_simd_min_u(uint): an unsigned integer's
-//     maximum and minimum over the 32 lanes, in every lane (CUDA: one
-//     redux.sync from sm_80 on; Metal: simd_max, simd_min), called with
-//     all 32 lanes active.
+//   - qp_simd_max_u(uint), qp_simd_min_u(uint), qp_simd_sum_u(uint): an
+//     unsigned integer's maximum, minimum and sum (modulo 2^32) over the
+//     32 lanes, in every lane (CUDA: one redux.sync from sm_80 on; Metal:
+//     simd_max, simd_min, simd_sum), called with all 32 lanes active.
 //   - qp_exp, qp_log1p, qp_tanh, qp_sqrt, qp_rsqrt, qp_cos, qp_sin: float
 //     functions, the accurate versions (CUDA without fast math; Metal's
 //     precise:: ones), except qp_rsqrt which may be approximate (the

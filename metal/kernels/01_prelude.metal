@@ -75,6 +75,8 @@ inline float qp_simd_max(float v) {
 // order, so the hardware's own reductions.
 inline uint qp_simd_max_u(uint v) { return simd_max(v); }
 inline uint qp_simd_min_u(uint v) { return simd_min(v); }
+// An unsigned integer's sum over the lanes (modulo 2^32; any order).
+inline uint qp_simd_sum_u(uint v) { return simd_sum(v); }
 
 inline float qp_exp(float x) { return precise::exp(x); }
 inline float qp_tanh(float x) { return precise::tanh(x); }

@@ -159,6 +159,13 @@ QP_DEVICE uint qp_simd_min_u(uint v) {
         return qp_as_uint(a) < qp_as_uint(b) ? a : b;
     }));
 }
+// redux.sync.add.u32: the integers' sum modulo 2^32 (the bits carried as
+// above, the addition on the integers).
+QP_DEVICE uint qp_simd_sum_u(uint v) {
+    return qp_as_uint(qp_emu_butterfly(qp_as_float(v), [](float a, float b) {
+        return qp_as_float(qp_as_uint(a) + qp_as_uint(b));
+    }));
+}
 
 // cvt.rn.bf16x2.f32: round to nearest even, NaN kept a (quiet) NaN.
 QP_DEVICE uint qp_emu_bf16(float f) {

@@ -48,7 +48,7 @@ struct Fiber {
     State st;
     int op;
     float in, out;
-    uint32_t uin, uout; // the integer reductions' (ops 2 and 3)
+    uint32_t uin, uout; // the integer reductions' (ops 2, 3 and 5)
 };
 const int kThreads = QP_TG;
 Fiber fibers[kThreads];
@@ -124,11 +124,12 @@ void runGroup() {
                 continue;
             }
             if (l[0].op >= 2) {
-                // An integer's maximum or minimum: one value for every lane.
+                // An integer's maximum, minimum or sum (modulo 2^32): one
+                // value for every lane.
                 uint32_t r = l[0].uin;
                 for (int j = 1; j < 32; j++) {
                     uint32_t u = l[j].uin;
-                    r = l[0].op == 2 ? (u > r ? u : r) : (u < r ? u : r);
+                    r = l[0].op == 2 ? (u > r ? u : r) : l[0].op == 3 ? (u < r ? u : r) : r + u;
                 }
                 for (int j = 0; j < 32; j++) {
                     l[j].uout = r;

@@ -22,7 +22,7 @@ Ids ids();
 void barrier();
 float simd_op(float v, int op); // 0: sum, 1: max
 float simd_xor(float v, uint o); // lane ^ o's v
-uint simd_op_u(uint v, int op);  // 2: max, 3: min
+uint simd_op_u(uint v, int op);  // 2: max, 3: min, 5: sum
 typedef void (*Fn)(const void*);
 struct Reg {
     Reg(const char* name, unsigned size, Fn fn);
@@ -60,6 +60,7 @@ static inline float qp_simd_max(float v) { return qkcpu::simd_op(v, 1); }
 static inline float qp_simd_xor(float v, uint o) { return qkcpu::simd_xor(v, o); }
 static inline uint qp_simd_max_u(uint v) { return qkcpu::simd_op_u(v, 2); }
 static inline uint qp_simd_min_u(uint v) { return qkcpu::simd_op_u(v, 3); }
+static inline uint qp_simd_sum_u(uint v) { return qkcpu::simd_op_u(v, 5); }
 static inline float qp_exp(float x) { return std::exp(x); }
 static inline float qp_log1p(float x) { return std::log1p(x); }
 static inline float qp_tanh(float x) { return std::tanh(x); }
