@@ -163,7 +163,9 @@ func newBackend(dev device) (*Backend, error) {
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv))}
 	b.dev = dev
-	if b.prof == nil {
+	if b.prof != nil {
+		b.dev = &profiledCopies{device: dev, p: b.prof}
+	} else {
 		b.dev = withRecorder(dev, &b.stats)
 		if r, ok := b.dev.(*recorder); ok && os.Getenv(profileEnv) == profileGraphs {
 			r.tl = newTimeline(dev)

@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// The kernel profiler (QPACK_CUDA_PROFILE=1): every kernel launch is
-// bracketed by two timing events on the compute stream, and the GPU time
-// between them is summed per kernel; Backend.Close logs the table (and
+// The kernel profiler (QPACK_CUDA_PROFILE=1): every kernel launch, and
+// every copy and memset on the compute stream (profiledCopies), is
+// bracketed by two timing events on that stream, and the GPU time
+// between them is summed per kernel (per kind of copy); Backend.Close logs the table (and
 // Profile returns it). It costs two event records per launch and turns
 // CUDA graphs off, so it measures where the GPU's time goes, not the
 // decode rate.
@@ -32,6 +33,7 @@ type profiler struct {
 type profiled struct {
 	kernel   string
 	from, to event
+	copy     bool // a copy or memset (profiledCopies), not a kernel
 }
 
 type kernelTime struct {
@@ -78,23 +80,58 @@ func reuseEvent(t kernelTimer, free *[]event) (event, error) {
 
 // around times launch (b.mu held).
 func (p *profiler) around(b *Backend, kernel string, launch func() error) error {
-	from, to, err := bracket(b.dev, p.t, &p.free, launch)
+	return p.aroundOn(b.dev, kernel, false, launch)
+}
+
+// aroundOn times work queued on d's compute stream as what.
+func (p *profiler) aroundOn(d device, what string, copy bool, work func() error) error {
+	from, to, err := bracket(d, p.t, &p.free, work)
 	if err != nil {
 		return err
 	}
-	p.pending = append(p.pending, profiled{kernel, from, to})
+	p.pending = append(p.pending, profiled{what, from, to, copy})
 	if len(p.pending) >= 1024 {
-		return p.collect(b)
+		return p.collectOn(d)
 	}
 	return nil
 }
 
+// profiledCopies is the device under the kernel profiler: the compute
+// stream's copies and memsets are timed as the kernels are ("htod",
+// "dtod" and "memset" in the table: a decode step's embedding row, its
+// arena's reset), everything else passes through.
+type profiledCopies struct {
+	device
+	p *profiler
+}
+
+func (d *profiledCopies) htod(dst devptr, src []byte) error {
+	return d.p.aroundOn(d.device, "htod", true, func() error { return d.device.htod(dst, src) })
+}
+
+func (d *profiledCopies) htodOn(s stream, dst devptr, src []byte) error {
+	if s != computeStream {
+		return d.device.htodOn(s, dst, src)
+	}
+	return d.htod(dst, src)
+}
+
+func (d *profiledCopies) dtod(dst, src devptr, n int) error {
+	return d.p.aroundOn(d.device, "dtod", true, func() error { return d.device.dtod(dst, src, n) })
+}
+
+func (d *profiledCopies) memset(dst devptr, n int) error {
+	return d.p.aroundOn(d.device, "memset", true, func() error { return d.device.memset(dst, n) })
+}
+
 // collect waits for the stream and adds up the pending launches.
-func (p *profiler) collect(b *Backend) error {
+func (p *profiler) collect(b *Backend) error { return p.collectOn(b.dev) }
+
+func (p *profiler) collectOn(d device) error {
 	if len(p.pending) == 0 {
 		return nil
 	}
-	if err := b.dev.sync(); err != nil {
+	if err := d.sync(); err != nil {
 		return err
 	}
 	for _, q := range p.pending {
@@ -109,7 +146,7 @@ func (p *profiler) collect(b *Backend) error {
 		}
 		kt.n++
 		kt.ms += float64(ms)
-		if p.fastest < 0 || float64(ms) < p.fastest {
+		if !q.copy && (p.fastest < 0 || float64(ms) < p.fastest) {
 			p.fastest = float64(ms)
 		}
 		p.free = append(p.free, q.from, q.to)
