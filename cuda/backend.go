@@ -60,6 +60,10 @@ type Backend struct {
 	// the routed experts' slot k (QPACK_CUDA_SHARED_SLOT=0: A/B runs;
 	// tests cover both).
 	noSharedSlot bool
+	// mappedUploads: a pass's small uploads read by kernels from the
+	// mapped staging memory (QPACK_CUDA_MAPPED_UPLOADS=1, layer_mem.go:
+	// A/B runs; tests cover both).
+	mappedUploads bool
 	// fuse is the set of decode fusions the Layer makes
 	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).
 	fuse fuseSet
@@ -161,7 +165,8 @@ func newBackend(dev device) (*Backend, error) {
 	b := &Backend{compiler: version, fn: map[string]uintptr{}, prof: newProfiler(dev), noSharedSlot: os.Getenv(sharedSlotEnv) == "0", attnGQAOff: os.Getenv(attnGQAEnv) == "0",
 		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
-		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv))}
+		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv)),
+		mappedUploads: os.Getenv(mappedUploadsEnv) == "1"}
 	b.dev = dev
 	if b.prof != nil {
 		b.dev = &profiledCopies{device: dev, p: b.prof}

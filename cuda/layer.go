@@ -29,6 +29,7 @@ type Layer struct {
 	err error // the first device error since the last EndPass
 
 	stage    []byte // pinned staging memory for uploads and downloads
+	stageDev devptr // stage's device address (mapped: kernels may read it)
 	stageOff int    // bytes of stage queued since the last wait
 	temp     arena  // the per-pass Temp arena
 	owned    map[devptr]int64
@@ -222,7 +223,7 @@ func (l *Layer) release() error {
 	l.fromRegion = map[*region][]devptr{}
 	if l.stage != nil {
 		errs = append(errs, l.b.dev.hostFree(l.stage))
-		l.stage = nil
+		l.stage, l.stageDev = nil, 0
 	}
 	return errors.Join(errs...)
 }

@@ -231,11 +231,19 @@ const stageMin = 4 << 20
 // staged returns n bytes of staging memory free for a new copy on the
 // compute stream.
 func (l *Layer) staged(n int) ([]byte, error) {
+	h, _, err := l.stagedAt(n)
+	return h, err
+}
+
+// stagedAt is staged with the bytes' device address: staging is mapped
+// into the device's address space, so a kernel queued before the next
+// wait may read them in place (mappedUploadsEnv).
+func (l *Layer) stagedAt(n int) ([]byte, devptr, error) {
 	n = max(n, 1)
 	a := (n + stageAlign - 1) &^ (stageAlign - 1)
 	if l.stageOff+a > len(l.stage) && l.stageOff > 0 {
 		if err := l.b.dev.sync(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		l.stageOff = 0
 	}
@@ -243,19 +251,20 @@ func (l *Layer) staged(n int) ([]byte, error) {
 		size := max(a, 2*len(l.stage), stageMin)
 		if l.stage != nil {
 			if err := l.b.dev.hostFree(l.stage); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
-			l.stage = nil
+			l.stage, l.stageDev = nil, 0
 		}
-		h, _, err := l.b.dev.hostAlloc(size)
+		h, d, err := l.b.dev.hostAlloc(size)
 		if err != nil {
-			return nil, fmt.Errorf("cuda: allocating %d bytes of pinned staging memory: %w", size, err)
+			return nil, 0, fmt.Errorf("cuda: allocating %d bytes of pinned staging memory: %w", size, err)
 		}
-		l.stage = h
+		l.stage, l.stageDev = h, d
 	}
 	h := l.stage[l.stageOff : l.stageOff+n : l.stageOff+n]
+	d := l.stageDev + devptr(l.stageOff)
 	l.stageOff += a
-	return h, nil
+	return h, d, nil
 }
 
 // stageLimit is the largest single staged copy; longer uploads go in
@@ -351,9 +360,48 @@ func (l *Layer) Write(dst nn.Tensor, src []float32) {
 	if !ok {
 		return
 	}
+	if l.b.mappedUploads && l.kernels && len(src) > 0 && 4*len(src) <= mappedWriteMax {
+		l.writeMapped(p, src)
+		return
+	}
 	if err := l.upload(p, f32b(src), false); err != nil {
 		l.fail("Write", err)
 	}
+}
+
+// mappedUploadsEnv set to 1 turns a pass's small uploads into kernel reads
+// of the staging memory in place (it is mapped into the device's address
+// space): Write's vectors (a decode step's embedding row) are copied by a
+// gather_rows launch from staging, and index lists (a decode step's KV
+// row) are read by their kernels from staging, instead of a copy each
+// on the compute stream (a CUDA graph's memcpy node). An A/B switch for
+// the device (eighteenth session: whether those copies are what makes
+// layer 0's queue ~20 µs longer than the other layers').
+const mappedUploadsEnv = "QPACK_CUDA_MAPPED_UPLOADS"
+
+// mappedWriteMax is the largest Write read in place by a kernel, and
+// mappedRowsMax the longest index list (a decode step's KV row is one).
+const (
+	mappedWriteMax = 64 << 10
+	mappedRowsMax  = 16
+)
+
+// writeMapped queues src into p as a kernel's copy from staging (lock
+// held; mappedUploadsEnv).
+func (l *Layer) writeMapped(p devptr, src []float32) {
+	h, d, err := l.stagedAt(4 * len(src))
+	if err != nil {
+		l.fail("Write", err)
+		return
+	}
+	copy(h, f32b(src))
+	ix, err := l.indexList([]int{0})
+	if err != nil {
+		l.fail("Write", err)
+		return
+	}
+	l.b.stats.StagedBytes += int64(4 * len(src))
+	l.kernel("Write", l.b.kGatherRows(p, d, ix, 1, 1, len(src)))
 }
 
 // Read implements nn.Device.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -550,8 +551,21 @@ func (l *Layer) scratch(n int64) (devptr, error) {
 }
 
 // indexList uploads rows as int32 into the pass's arena (through staging,
-// so the caller may reuse rows at once).
+// so the caller may reuse rows at once), or with mappedUploads leaves a
+// short list in staging for its kernel to read there.
 func (l *Layer) indexList(rows []int) (devptr, error) {
+	// Read in place by its kernel (mappedUploadsEnv): short lists only, as
+	// each of the kernel's threads reads its row's index over the bus.
+	if l.b.mappedUploads && len(rows) > 0 && len(rows) <= mappedRowsMax {
+		h, d, err := l.stagedAt(4 * len(rows))
+		if err != nil {
+			return 0, err
+		}
+		for i, r := range rows {
+			binary.LittleEndian.PutUint32(h[4*i:], uint32(int32(r)))
+		}
+		return d, nil
+	}
 	ix := make([]int32, len(rows))
 	for i, r := range rows {
 		ix[i] = int32(r)
