@@ -115,3 +115,17 @@ func TestTimelineFake(t *testing.T) {
 	}
 	t.Logf("\n%s", p)
 }
+
+// A queue's label names its ops in order, a run of one name once with its
+// count, and a kernel it cannot name by its function's address.
+func TestQueueLabel(t *testing.T) {
+	names := map[uintptr]string{1: "rms_norm_rows", 2: "gemv_q4"}
+	ops := []recOp{{kind: opMemset}, {kind: opHtoD}, {kind: opHtoD}, {kind: opHtoD}, {kind: opLaunch, fn: 1},
+		{kind: opLaunch, fn: 2}, {kind: opLaunch, fn: 2}, {kind: opDtoD}, {kind: opLaunch, fn: 9}}
+	if got, want := queueLabel(ops, names), "memset htod x3 rms_norm_rows gemv_q4 x2 dtod fn0x9"; got != want {
+		t.Errorf("queueLabel = %q, want %q", got, want)
+	}
+	if got := queueLabel(nil, names); got != "" {
+		t.Errorf("queueLabel of no ops = %q", got)
+	}
+}
