@@ -401,7 +401,13 @@ func (l *Layer) writeMapped(p devptr, src []float32) {
 		return
 	}
 	l.b.stats.StagedBytes += int64(4 * len(src))
-	l.kernel("Write", l.b.kGatherRows(p, d, ix, 1, 1, len(src)))
+	if l.kernel("Write", l.b.kGatherRows(p, d, ix, 1, 1, len(src))) {
+		return
+	}
+	// The kernel refused the shape (l.kernel logged it): the copy.
+	if err := l.upload(p, f32b(src), false); err != nil {
+		l.fail("Write", err)
+	}
 }
 
 // Read implements nn.Device.
