@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -554,21 +553,19 @@ func (l *Layer) scratch(n int64) (devptr, error) {
 // so the caller may reuse rows at once), or with mappedUploads leaves a
 // short list in staging for its kernel to read there.
 func (l *Layer) indexList(rows []int) (devptr, error) {
-	// Read in place by its kernel (mappedUploadsEnv): short lists only, as
-	// each of the kernel's threads reads its row's index over the bus.
-	if l.b.mappedUploads && len(rows) > 0 && len(rows) <= mappedRowsMax {
-		h, d, err := l.stagedAt(4 * len(rows))
-		if err != nil {
-			return 0, err
-		}
-		for i, r := range rows {
-			binary.LittleEndian.PutUint32(h[4*i:], uint32(int32(r)))
-		}
-		return d, nil
-	}
 	ix := make([]int32, len(rows))
 	for i, r := range rows {
 		ix[i] = int32(r)
+	}
+	// Read in place by its kernel (mappedUploadsEnv): short lists only, as
+	// each of the kernel's threads reads its row's index over the bus.
+	if l.b.mappedUploads && len(rows) > 0 && len(rows) <= mappedRowsMax {
+		h, d, err := l.stagedAt(4 * len(ix))
+		if err != nil {
+			return 0, err
+		}
+		copy(h, i32b(ix))
+		return d, nil
 	}
 	p, err := l.scratch(4 * int64(len(ix)))
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 // The kernel profiler (QPACK_CUDA_PROFILE=1): every kernel launch, and
 // every copy and memset on the compute stream (profiledCopies), is
 // bracketed by two timing events on that stream, and the GPU time
-// between them is summed per kernel (per kind of copy); Backend.Close logs the table (and
-// Profile returns it). It costs two event records per launch and turns
+// between them is summed per kernel (per kind of copy); Backend.Close
+// logs the table (and Profile returns it). It costs two event records per launch and turns
 // CUDA graphs off, so it measures where the GPU's time goes, not the
 // decode rate.
 const profileEnv = "QPACK_CUDA_PROFILE"

@@ -48,6 +48,7 @@ type timeline struct {
 	bySize                map[int]*kernelTime // GPU time inside queues by their ops (a layer's kind)
 	byLabel               map[string]*queueTime
 	names                 map[uintptr]string // kernel names by function, for the labels (nil: addresses)
+	labels                map[uint64]string  // queueLabel by shapeHash: built once a shape, not at every submission
 
 	// The host after a wait (see the type's comment): when the last wait
 	// ended and the first op after it was queued (zero: none pending), and
@@ -71,7 +72,6 @@ type submission struct {
 type queueTime struct {
 	n          int
 	ms, gapMS  float64
-	maxOps     int
 	firstIndex int // the label's first queue's index, for a stable order
 }
 
@@ -115,7 +115,7 @@ func newTimeline(dev device) *timeline {
 	if !ok {
 		return nil
 	}
-	return &timeline{t: t, bySize: map[int]*kernelTime{}, byLabel: map[string]*queueTime{}}
+	return &timeline{t: t, bySize: map[int]*kernelTime{}, byLabel: map[string]*queueTime{}, labels: map[uint64]string{}}
 }
 
 // waited notes that a wait for the GPU ended now.
@@ -154,7 +154,13 @@ func (tl *timeline) around(d device, ops []recOp, graph bool, submit func() erro
 	if err != nil {
 		return err
 	}
-	tl.pending = append(tl.pending, submission{from, to, len(ops), graph, queueLabel(ops, tl.names)})
+	h := shapeHash(ops)
+	label, ok := tl.labels[h]
+	if !ok {
+		label = queueLabel(ops, tl.names)
+		tl.labels[h] = label
+	}
+	tl.pending = append(tl.pending, submission{from, to, len(ops), graph, label})
 	if len(tl.pending) >= 512 {
 		return tl.collect(d)
 	}
@@ -194,7 +200,6 @@ func (tl *timeline) collect(d device) error {
 		}
 		qt.n++
 		qt.ms += float64(ms)
-		qt.maxOps = s.ops
 		if tl.prev != 0 {
 			gap, err := tl.t.elapsed(tl.prev, s.from)
 			if err != nil {
