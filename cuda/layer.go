@@ -123,6 +123,14 @@ func (l *Layer) lock() bool {
 
 func (l *Layer) unlock() { l.b.mu.Unlock() }
 
+// mark names a point of the host's path after a wait for the submission
+// timeline (QPACK_CUDA_PROFILE=graphs), with the lock held.
+func (l *Layer) mark(name string) {
+	if r, ok := l.b.dev.(*recorder); ok {
+		r.mark(name)
+	}
+}
+
 var errClosed = errors.New("cuda: the backend is closed")
 
 // fail keeps the first error (op names what was being done).
@@ -149,6 +157,8 @@ func (l *Layer) EndPass() error {
 	if l.closed || l.b.closed {
 		return errClosed
 	}
+	l.mark("EndPass called")
+	defer l.mark("EndPass returns")
 	l.flushPending()
 	if err := l.b.dev.syncAll(); err != nil {
 		l.fail("EndPass", err)

@@ -110,6 +110,7 @@ func (l *Layer) Temp(n int) nn.Tensor {
 	}
 	ok := l.lockKeep() // new memory: a pending norm stays pending
 	defer l.unlock()
+	l.mark("Temp called")
 	if !ok {
 		return nn.Tensor{Buf: &devBuf{n: n}, N: n}
 	}
@@ -356,6 +357,7 @@ func f32b(x []float32) []byte {
 func (l *Layer) Write(dst nn.Tensor, src []float32) {
 	ok := l.lock()
 	defer l.unlock()
+	l.mark("Write called")
 	p := addr(dst, len(src))
 	if !ok {
 		return

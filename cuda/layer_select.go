@@ -19,6 +19,7 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 	c.Reset()
 	ok := l.lock()
 	defer l.unlock()
+	defer l.mark("SelectTop returns")
 	if !ok {
 		return false, l.err
 	}

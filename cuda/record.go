@@ -252,6 +252,13 @@ func (r *recorder) waited(err error) error {
 	return err
 }
 
+// mark names a point of the host's path after a wait for the timeline.
+func (r *recorder) mark(name string) {
+	if r.tl != nil {
+		r.tl.mark(name)
+	}
+}
+
 // timed submits what is queued, then times fn's work (submitted before
 // the closing event).
 func (r *recorder) timed(fn func() error) (float32, error) {
@@ -280,11 +287,13 @@ func (r *recorder) launch(f uintptr, grid, block [3]uint32, params []byte) error
 	p0 := len(r.params)
 	r.params = append(r.params, params...)
 	r.ops = append(r.ops, recOp{kind: opLaunch, fn: f, grid: grid, block: block, p0: p0, p1: len(r.params)})
+	r.mark("a launch queued")
 	return r.queued()
 }
 
 func (r *recorder) htod(dst devptr, src []byte) error {
 	r.ops = append(r.ops, recOp{kind: opHtoD, dst: dst, host: src, n: len(src)})
+	r.mark("an htod queued")
 	return r.queued()
 }
 
@@ -295,6 +304,7 @@ func (r *recorder) dtod(dst, src devptr, n int) error {
 
 func (r *recorder) memset(dst devptr, n int) error {
 	r.ops = append(r.ops, recOp{kind: opMemset, dst: dst, n: n})
+	r.mark("a memset queued")
 	return r.queued()
 }
 

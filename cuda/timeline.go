@@ -57,7 +57,42 @@ type timeline struct {
 	afterWaits          int
 	toFirstOp, toSubmit time.Duration
 	maxToSubmit         time.Duration
+
+	// The host's path after a wait, point by point: from the first wait's
+	// end after a submission (origin) to the points the Layer and the
+	// recorder name (mark: the first of each name) and to the next
+	// submission, summed by the label of the queue submitted (a decode
+	// step's boundary: the selection's download, its parse, the pass's
+	// end, the draw, the next step's embedding row and first ops, ending
+	// in layer 0's first queue).
+	origin time.Time
+	marks  []hostMark // this boundary's, in order
+	paths  map[string]*hostPath
 }
+
+// hostMark is a named point of the host's path after a wait.
+type hostMark struct {
+	name string
+	at   time.Time
+}
+
+// hostPath sums the host's paths that ended in one kind of queue.
+type hostPath struct {
+	n      int
+	submit time.Duration // from the origin to the submission
+	sum    map[string]time.Duration
+	count  map[string]int
+}
+
+// mean is a point's mean offset from the origin (µs) over the paths that
+// passed it.
+func (p *hostPath) mean(name string) float64 {
+	return float64(p.sum[name].Nanoseconds()) / 1000 / float64(max(p.count[name], 1))
+}
+
+// pathsShown is how many kinds of queue the report gives the host's path
+// before.
+const pathsShown = 3
 
 type submission struct {
 	from, to event
@@ -115,11 +150,56 @@ func newTimeline(dev device) *timeline {
 	if !ok {
 		return nil
 	}
-	return &timeline{t: t, bySize: map[int]*kernelTime{}, byLabel: map[string]*queueTime{}, labels: map[uint64]string{}}
+	return &timeline{t: t, bySize: map[int]*kernelTime{}, byLabel: map[string]*queueTime{}, labels: map[uint64]string{}, paths: map[string]*hostPath{}}
 }
 
 // waited notes that a wait for the GPU ended now.
-func (tl *timeline) waited() { tl.waitEnd, tl.firstOp = time.Now(), time.Time{} }
+func (tl *timeline) waited() {
+	now := time.Now()
+	tl.waitEnd, tl.firstOp = now, time.Time{}
+	if tl.origin.IsZero() {
+		tl.origin = now
+	} else {
+		tl.markAt("a later wait ends", now)
+	}
+}
+
+// mark notes that the host passed the named point (only the first of each
+// name after the boundary's first wait counts).
+func (tl *timeline) mark(name string) {
+	if !tl.origin.IsZero() {
+		tl.markAt(name, time.Now())
+	}
+}
+
+func (tl *timeline) markAt(name string, at time.Time) {
+	for _, m := range tl.marks {
+		if m.name == name {
+			return
+		}
+	}
+	tl.marks = append(tl.marks, hostMark{name, at})
+}
+
+// boundaryEnds adds this boundary's marks and its submission (at now, of
+// a queue labelled label) to the sums.
+func (tl *timeline) boundaryEnds(now time.Time, label string) {
+	if tl.origin.IsZero() {
+		return
+	}
+	p := tl.paths[label]
+	if p == nil {
+		p = &hostPath{sum: map[string]time.Duration{}, count: map[string]int{}}
+		tl.paths[label] = p
+	}
+	for _, m := range tl.marks {
+		p.sum[m.name] += m.at.Sub(tl.origin)
+		p.count[m.name]++
+	}
+	p.n++
+	p.submit += now.Sub(tl.origin)
+	tl.origin, tl.marks = time.Time{}, tl.marks[:0]
+}
 
 // queued notes that an op was queued now.
 func (tl *timeline) queued() {
@@ -128,12 +208,14 @@ func (tl *timeline) queued() {
 	}
 }
 
-// submitted adds the host's time from the last wait to this submission.
-func (tl *timeline) submitted() {
+// submitted adds the host's time from the last wait to this submission
+// (of a queue labelled label).
+func (tl *timeline) submitted(label string) {
+	now := time.Now()
+	tl.boundaryEnds(now, label)
 	if tl.waitEnd.IsZero() {
 		return
 	}
-	now := time.Now()
 	first := tl.firstOp
 	if first.IsZero() {
 		first = now
@@ -149,16 +231,16 @@ func (tl *timeline) submitted() {
 // around brackets submit (a queue of n ops; graph: as a graph launch) with
 // events recorded on d's compute stream.
 func (tl *timeline) around(d device, ops []recOp, graph bool, submit func() error) error {
-	tl.submitted()
-	from, to, err := bracket(d, tl.t, &tl.free, submit)
-	if err != nil {
-		return err
-	}
 	h := shapeHash(ops)
 	label, ok := tl.labels[h]
 	if !ok {
 		label = queueLabel(ops, tl.names)
 		tl.labels[h] = label
+	}
+	tl.submitted(label)
+	from, to, err := bracket(d, tl.t, &tl.free, submit)
+	if err != nil {
+		return err
 	}
 	tl.pending = append(tl.pending, submission{from, to, len(ops), graph, label})
 	if len(tl.pending) >= 512 {
@@ -241,6 +323,8 @@ func (tl *timeline) reset(d device) {
 	clear(tl.byLabel)
 	tl.waitEnd, tl.firstOp = time.Time{}, time.Time{}
 	tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit = 0, 0, 0, 0
+	tl.origin, tl.marks = time.Time{}, tl.marks[:0]
+	clear(tl.paths)
 }
 
 // release frees the timeline's events (the stream idle after collect).
@@ -298,6 +382,20 @@ func (tl *timeline) String() string {
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }
 		fmt.Fprintf(&s, "  the host after a wait for the GPU (%d waits followed by a queue): %.1f us to the first op queued, %.1f us to its queue's submission (at most %.1f us)\n",
 			n, us(tl.toFirstOp), us(tl.toSubmit), float64(tl.maxToSubmit.Nanoseconds())/1000)
+	}
+	// The host's path before the kinds of queue it kept the GPU waiting
+	// for longest (pathsShown of them).
+	kinds := slices.SortedFunc(maps.Keys(tl.paths), func(a, b string) int {
+		return cmp.Compare(tl.paths[b].submit, tl.paths[a].submit)
+	})
+	for _, l := range kinds[:min(len(kinds), pathsShown)] {
+		p := tl.paths[l]
+		fmt.Fprintf(&s, "  the host's path from the first wait to the submission of %q (%d times; each point's mean in µs, and how often it was passed):", l, p.n)
+		names := slices.SortedFunc(maps.Keys(p.sum), func(a, b string) int { return cmp.Compare(p.mean(a), p.mean(b)) })
+		for _, name := range names {
+			fmt.Fprintf(&s, " +%.1f %s (%d);", p.mean(name), name, p.count[name])
+		}
+		fmt.Fprintf(&s, " +%.1f submitted\n", float64(p.submit.Nanoseconds())/1000/float64(p.n))
 	}
 	return s.String()
 }

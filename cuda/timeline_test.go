@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -109,7 +110,29 @@ func TestTimelineFake(t *testing.T) {
 		t.Fatalf("host after waits: %d (6 steps), %v to the first op, %v to the submission (at most %v)",
 			tl.afterWaits, tl.toFirstOp, tl.toSubmit, tl.maxToSubmit)
 	}
+	// The host's path from each step's first wait (its logits' download)
+	// to the next step's first submission (its early start: layer 0's
+	// first ops) passes the pass's end, the next step's embedding row and
+	// its first launch, in that order.
+	const first = "memset htod rms_norm_rows gemv_q4_set"
+	path := tl.paths[first]
+	if path == nil || path.n < 5 {
+		t.Fatalf("the host's path before %q: %+v, want one a step", first, path)
+	}
+	points := []string{"EndPass called", "a memset queued", "EndPass returns", "Write called", "an htod queued", "a launch queued"}
+	at := make([]float64, 0, len(points)+1)
+	for _, name := range points {
+		if path.count[name] != path.n {
+			t.Fatalf("%d of %d paths before %q passed %q", path.count[name], path.n, first, name)
+		}
+		at = append(at, path.mean(name))
+	}
+	at = append(at, float64(path.submit.Nanoseconds())/1000/float64(path.n))
+	if !slices.IsSorted(at) {
+		t.Fatalf("the host's path out of order: %v at %v µs, then submitted", points, at)
+	}
 	if !strings.Contains(p, "cuda submission timeline:") || !strings.Contains(p, "gaps of 20-100 us") || !strings.Contains(p, "the host after a wait") ||
+		!strings.Contains(p, "EndPass returns (") || !strings.Contains(p, "the host's path from the first wait to the submission of") ||
 		!strings.Contains(p, "in the gap before each: ") || !strings.Contains(p, " route_topk") {
 		t.Fatalf("timeline report:\n%s", p)
 	}
