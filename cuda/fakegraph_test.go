@@ -459,6 +459,27 @@ func TestRecorderEarlyStartFake(t *testing.T) {
 		if perStep[true] != perStep[false]+1 {
 			t.Errorf("%s: %.2f graph launches a step with the early start, %.2f without: want one more", name, perStep[true], perStep[false])
 		}
+		// One by one (QPACK_CUDA_EARLY=op): the first ops go as launches
+		// of their own, the rest of the first layer as its graph.
+		t.Setenv(earlyEnv, "op")
+		b, _ := graphBackend(t)
+		r := b.dev.(*recorder)
+		if !r.early || !r.oneByOne {
+			t.Fatalf("QPACK_CUDA_EARLY=op: early %v, one by one %v", r.early, r.oneByOne)
+		}
+		graphs0 := b.stats.GraphLaunches
+		l0 := b.stats.Launches
+		opByOp, captures := residentDecode(t, b, name, 3, 1)
+		if captures != 0 {
+			t.Errorf("%s, one by one: %d captures in steps 8-23: a part not replayed", name, captures)
+		}
+		if opByOp != perStep[false] {
+			t.Errorf("%s: %.2f graph launches a step with the early start one by one, %.2f without it: want as many", name, opByOp, perStep[false])
+		}
+		if b.stats.GraphLaunches == graphs0 || b.stats.Launches == l0 {
+			t.Errorf("%s, one by one: no graphs or no launches", name)
+		}
+		t.Setenv(earlyEnv, "")
 	}
 }
 

@@ -167,9 +167,18 @@ type recorder struct {
 	// compute stream has drained (idle: a sync since the last submission;
 	// QPACK_CUDA_EARLY=0 turns it off).
 	early, idle bool
+	// oneByOne (QPACK_CUDA_EARLY=op): the early start issues the first
+	// earlyOps ops after a drain one by one as they are queued, instead
+	// of as one graph of them; left counts those still to come.
+	oneByOne bool
+	left     int
 }
 
-// earlyEnv turns off the early start (recorder.early) with "0".
+// earlyEnv turns off the early start (recorder.early) with "0"; "op"
+// makes it issue its ops one by one (recorder.oneByOne): an A/B switch
+// for the device, whether an idle GPU starts sooner on a launch than on a
+// graph's (the eighteenth session's timeline had layer 0's first queue
+// ~20 µs longer than its ops' share).
 const earlyEnv = "QPACK_CUDA_EARLY"
 
 // earlyOps is how many ops a queue holds when the recorder submits it
@@ -191,8 +200,9 @@ func withRecorder(dev device, stats *Stats) device {
 	if !ok || os.Getenv(graphsEnv) == "0" {
 		return dev
 	}
+	early := os.Getenv(earlyEnv)
 	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{},
-		early: os.Getenv(earlyEnv) != "0"}
+		early: early != "0", oneByOne: early == "op"}
 }
 
 var _ device = (*recorder)(nil)
@@ -239,7 +249,7 @@ func (r *recorder) syncAll() error          { return r.drained(r.waited(r.then(r
 // drained notes that the compute stream has run everything submitted
 // (after a sync that returned nil), for the early start; err passes on.
 func (r *recorder) drained(err error) error {
-	r.idle = err == nil
+	r.idle, r.left = err == nil, earlyOps
 	return err
 }
 
@@ -314,7 +324,15 @@ func (r *recorder) queued() error {
 	if r.tl != nil {
 		r.tl.queued()
 	}
-	if r.idle && r.early && len(r.ops) >= earlyOps {
+	switch {
+	case !r.idle || !r.early:
+	case r.oneByOne && r.left > 0:
+		r.left--
+		idle := r.left > 0
+		err := r.flushAs(false)
+		r.idle = idle
+		return err
+	case !r.oneByOne && len(r.ops) >= earlyOps:
 		return r.flush()
 	}
 	return nil
@@ -329,7 +347,10 @@ func (r *recorder) then(fn func() error) error {
 }
 
 // flush submits the queue (see the type's comment).
-func (r *recorder) flush() error {
+func (r *recorder) flush() error { return r.flushAs(r.on) }
+
+// flushAs submits the queue, as a graph where graphs says it may.
+func (r *recorder) flushAs(graphs bool) error {
 	if len(r.ops) == 0 {
 		return nil
 	}
@@ -343,7 +364,7 @@ func (r *recorder) flush() error {
 		}
 		return r.tl.around(r.d, ops, graph, fn)
 	}
-	if r.on && len(ops) >= graphMinOps {
+	if graphs && len(ops) >= graphMinOps {
 		h := shapeHash(ops)
 		id := identHash(h, ops, params)
 		g := r.find(h, id, ops, params)

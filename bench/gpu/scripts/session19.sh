@@ -8,7 +8,7 @@
 #   2. the kernel profile (QPACK_CUDA_PROFILE=1: every op timed alone,
 #      graphs off, the copies and memsets included), 256 tokens;
 #   3. A/B of resident decode, 1,024 tokens, 3 interleaved rounds: the
-#      default against QPACK_CUDA_MAPPED_UPLOADS=1.
+#      default against QPACK_CUDA_MAPPED_UPLOADS=1 and QPACK_CUDA_EARLY=op.
 # 35b dims, 8 layers, 32,768 logits; each part archived to $OUT as it ends.
 #   carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu
 set -u
@@ -17,14 +17,14 @@ W=/tmp/s19
 T0=$(date +%s)
 el() { echo $(($(date +%s) - T0)); }
 mkdir -p $W
-OUT=$W/tl VARIANTS="tl:gpu-new:QPACK_CUDA_PROFILE=graphs tlm:gpu-new:QPACK_CUDA_PROFILE=graphs,QPACK_CUDA_MAPPED_UPLOADS=1" \
-	DIMS=35b VOCABS=32768 ROUNDS=1 TOKENS=512 timeout 150 sh bench/gpu/ab.sh >$W/tl.txt 2>&1
+OUT=$W/tl VARIANTS="tl:gpu-new:QPACK_CUDA_PROFILE=graphs tlm:gpu-new:QPACK_CUDA_PROFILE=graphs,QPACK_CUDA_MAPPED_UPLOADS=1 tlo:gpu-new:QPACK_CUDA_PROFILE=graphs,QPACK_CUDA_EARLY=op" \
+	DIMS=35b VOCABS=32768 ROUNDS=1 TOKENS=512 timeout 180 sh bench/gpu/ab.sh >$W/tl.txt 2>&1
 echo "timelines done at $(el) s" >>$W/times.txt
 OUT=$W/prof VARIANTS="prof:gpu-new:QPACK_CUDA_PROFILE=1" DIMS=35b VOCABS=32768 ROUNDS=1 TOKENS=256 timeout 100 sh bench/gpu/ab.sh >$W/prof.txt 2>&1
 echo "profile done at $(el) s" >>$W/times.txt
 tar -C $W -czf $O/s19.tgz tl prof times.txt
 grep -h "host's path\|host after a wait\|gap before each: memset\|inside them" $W/tl/ab/*.err | cut -c1-900
-OUT=$W/ab VARIANTS="new:gpu-new mapped:gpu-new:QPACK_CUDA_MAPPED_UPLOADS=1" DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 \
+OUT=$W/ab VARIANTS="new:gpu-new mapped:gpu-new:QPACK_CUDA_MAPPED_UPLOADS=1 op:gpu-new:QPACK_CUDA_EARLY=op" DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 \
 	timeout $((${LIMIT:-560} - 10 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 echo "ab done at $(el) s" >>$W/times.txt
 tar -C $W -czf $O/s19.tgz tl prof ab times.txt
