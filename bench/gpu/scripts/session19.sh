@@ -10,7 +10,7 @@
 #   2. the kernel profile (QPACK_CUDA_PROFILE=1: every op timed alone,
 #      graphs off, the copies and memsets included), 256 tokens;
 #   3. resident decode, 1,024 tokens, ROUNDS (2) interleaved rounds of
-#      the three variants.
+#      the three variants, while LIMIT (300 s) allows.
 # Each part archived to $OUT as it ends; every run under timeout.
 #   carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu
 set -u
@@ -39,6 +39,8 @@ echo "profile done at $(el) s" >>$W/times.txt
 tar -C $W -czf $O/s19.tgz runs times.txt write.txt
 grep -h "host's path\|host after a wait\|gap before each: memset\|inside them" $W/runs/tl*.err | cut -c1-1200
 for r in $(seq 1 ${ROUNDS:-2}); do
+	# a round takes ~60 s: none that would pass LIMIT (default 300 s)
+	[ $(el) -lt $((${LIMIT:-300} - 70)) ] || break
 	run new-$r 1024 X=1
 	run mapped-$r 1024 QPACK_CUDA_MAPPED_UPLOADS=1
 	run op-$r 1024 QPACK_CUDA_EARLY=op
