@@ -258,8 +258,14 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, t *ticket, j *j
 		}
 		return nil
 	}
-	j.onText = func(text string) error { return send(parser.Push(text)) }
+	// The text goes to the client off the decode loop (textQueue); the
+	// parser and the collected calls are the writer's until close.
+	q := newTextQueue(func(text string) error { return send(parser.Push(text)) }, textQueueDepth)
+	j.onText = q.push
 	o, _, err := s.run(r.Context(), j)
+	if qerr := q.close(); err == nil {
+		err = qerr // the client gone (sse.err) or the writer's panic, after the last piece
+	}
 	if err != nil {
 		if r.Context().Err() == nil && sse.err == nil {
 			s.log.Error("generation failed", "err", err)
