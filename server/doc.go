@@ -9,8 +9,9 @@
 // prefill-chunk boundaries in a byte-bounded LRU (runner.PrefixCache) and
 // prefills only what follows the longest saved prefix, with logits equal to
 // a cold prefill bit for bit; usage.prompt_tokens_details.cached_tokens
-// reports the reused tokens. A client that goes away stops its generation
-// within one token. Tools are rendered through the model's chat template;
+// reports the reused tokens. A streamed response's text is written by a
+// goroutine of its own, off the decode loop (textQueue). A client that
+// goes away stops its generation within a token or two. Tools are rendered through the model's chat template;
 // Qwen3's <tool_call> blocks in the output become tool_calls, and
 // <think>…</think> becomes reasoning_content unless the server keeps it
 // inline.
