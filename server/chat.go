@@ -261,6 +261,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, t *ticket, j *j
 	// The text goes to the client off the decode loop (textQueue); the
 	// parser and the collected calls are the writer's until close.
 	q := newTextQueue(func(text string) error { return send(parser.Push(text)) }, textQueueDepth)
+	defer q.close() // the writer's end on every way out
 	j.onText = q.push
 	o, _, err := s.run(r.Context(), j)
 	if qerr := q.close(); err == nil {

@@ -21,10 +21,11 @@ const textQueueDepth = 64
 // while the writer waits on the client, each write bounded by its
 // deadline (writeTimeout).
 type textQueue struct {
-	ch   chan string
-	done chan struct{}
-	mu   sync.Mutex
-	err  error
+	ch     chan string
+	done   chan struct{}
+	closed sync.Once
+	mu     sync.Mutex
+	err    error
 }
 
 // newTextQueue starts the writer, which calls sink with each piece.
@@ -82,10 +83,10 @@ func (q *textQueue) push(t string) error {
 }
 
 // close waits until every queued piece is written (or dropped after an
-// error) and returns the sink's first error. push must not be called
-// after it.
+// error) and returns the sink's first error; again, it returns that
+// error. push must not be called after it.
 func (q *textQueue) close() error {
-	close(q.ch)
+	q.closed.Do(func() { close(q.ch) })
 	<-q.done
 	return q.failed()
 }
