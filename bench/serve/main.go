@@ -20,7 +20,7 @@
 // every request is answered (200) or refused (429) within a bound, none
 // hangs; the RSS after each of -load-rounds rounds.
 //
-//	go run ./bench/serve [-layers 2] [-tokens 128] [-prompt 16] [-rounds 7] [-reuse-rounds 2] [-clients 20] [-queue 8] [-dir /tmp] [-json]
+//	go run ./bench/serve [-backend cpu|cuda] [-layers 2] [-tokens 128] [-prompt 16] [-rounds 7] [-reuse-rounds 2] [-clients 20] [-queue 8] [-dir /tmp] [-json]
 package main
 
 import (
@@ -60,6 +60,7 @@ func main() {
 	loadRounds := flag.Int("load-rounds", 3, "rounds of the load test")
 	dir := flag.String("dir", "", "directory for the model (default: the system temp dir)")
 	asJSON := flag.Bool("json", false, "print the figures as JSON")
+	flag.StringVar(&backendName, "backend", "cpu", "the runner's backend: cpu or cuda")
 	flag.Parse()
 	if err := run(*layers, *tokens, *promptLen, *rounds, *reuseRounds, *clients, *queue, *loadRounds, *dir, *asJSON); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/serve:", err)
@@ -68,6 +69,9 @@ func main() {
 }
 
 const vocab = 384 // the tiny tokenizer's
+
+// backendName is -backend (openBackend).
+var backendName string
 
 // Words of the chat's messages (about 5 tokens each with the tiny
 // tokenizer): the fifth turn's prompt is about 800 tokens.
@@ -105,7 +109,12 @@ func run(layers, tokens, promptLen, rounds, reuseRounds, clients, queue, loadRou
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := runner.Open(pack, runner.Options{ExpertCache: 2 << 30, Logger: log})
+	be, closeBackend, err := openBackend(backendName)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	r, err := runner.Open(pack, runner.Options{ExpertCache: 2 << 30, Logger: log, Backend: be})
 	if err != nil {
 		return err
 	}
