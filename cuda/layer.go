@@ -126,8 +126,8 @@ func (l *Layer) unlock() { l.b.mu.Unlock() }
 // mark names a point of the host's path after a wait for the submission
 // timeline (QPACK_CUDA_PROFILE=graphs), with the lock held.
 func (l *Layer) mark(name string) {
-	if r, ok := l.b.dev.(*recorder); ok {
-		r.mark(name)
+	if tl := l.b.tl; tl != nil {
+		tl.mark(name)
 	}
 }
 

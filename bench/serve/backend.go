@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/qpack-go/qpack/cuda"
 	"github.com/qpack-go/qpack/runtime"
@@ -22,11 +21,7 @@ func openBackend(name string) (be runtime.Backend, close func(), err error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("-backend cuda: %w", err)
 		}
-		return b, func() {
-			if c, ok := any(b).(io.Closer); ok {
-				c.Close()
-			}
-		}, nil
+		return b, func() { b.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("-backend %q: want cpu or cuda", name)
 }
