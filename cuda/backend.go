@@ -61,8 +61,8 @@ type Backend struct {
 	// tests cover both).
 	noSharedSlot bool
 	// mappedUploads: a pass's small uploads read by kernels from the
-	// mapped staging memory (QPACK_CUDA_MAPPED_UPLOADS=1, layer_mem.go:
-	// A/B runs; tests cover both).
+	// mapped staging memory (layer_mem.go; on unless
+	// QPACK_CUDA_MAPPED_UPLOADS=0; tests cover both).
 	mappedUploads bool
 	// fuse is the set of decode fusions the Layer makes
 	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).
@@ -166,7 +166,7 @@ func newBackend(dev device) (*Backend, error) {
 		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv)),
-		mappedUploads: os.Getenv(mappedUploadsEnv) == "1"}
+		mappedUploads: os.Getenv(mappedUploadsEnv) != "0"}
 	b.dev = dev
 	if b.prof != nil {
 		b.dev = &profiledCopies{device: dev, p: b.prof}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -23,7 +24,7 @@ var driverSyms = []string{
 	"cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2",
 	"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
 	"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventElapsedTime", "cuEventDestroy_v2",
-	"cuMemsetD32Async", "cuStreamWaitEvent", "cuMemGetInfo_v2",
+	"cuMemsetD32Async", "cuStreamWaitEvent", "cuMemGetInfo_v2", "cuStreamQuery", "cuEventQuery",
 }
 
 var nvrtcSyms = []string{
@@ -122,6 +123,8 @@ type gpu struct {
 	afterKernel bool
 	prevGroups  int  // groups of the last kernel launched
 	capturing   bool // between beginCapture and endCapture
+	// spin: how long a wait polls before it blocks (wait.go).
+	spin time.Duration
 }
 
 // outp is the address of out-parameter slot i.
@@ -212,21 +215,41 @@ func openDevice(ordinal int) (device, error) {
 		g.drv.fn["cuLaunchKernelEx"] = p
 	}
 	g.pdl = pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, os.Getenv)
+	g.spin = spinFor(os.Getenv(spinEnv))
 	return g, nil
+}
+
+// query invokes a driver query of one argument (cuStreamQuery,
+// cuEventQuery): done, still running (CUDA_ERROR_NOT_READY), or *Error.
+// A poll's call: no error value is made for a running one.
+func (g *gpu) query(name string, arg uintptr) (bool, error) {
+	r, _, _ := purego.SyscallN(g.drv.fn[name], arg)
+	switch uint32(r) {
+	case cudaSuccess:
+		return true, nil
+	case cudaErrorNotReady:
+		return false, nil
+	}
+	return false, g.errorOf(name, uint32(r))
 }
 
 // call invokes a driver function and turns a failing CUresult into *Error.
 func (g *gpu) call(name string, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(g.drv.fn[name], args...)
 	if code := uint32(r); code != cudaSuccess {
-		msg := "unknown CUresult"
-		g.out[3] = 0
-		if rr, _, _ := purego.SyscallN(g.drv.fn["cuGetErrorName"], uintptr(code), g.outp(3)); uint32(rr) == 0 {
-			msg = cstring(uintptr(g.out[3]), 128)
-		}
-		return &Error{Call: name, Code: int(code), Name: msg}
+		return g.errorOf(name, code)
 	}
 	return nil
+}
+
+// errorOf is the *Error of a failing CUresult.
+func (g *gpu) errorOf(name string, code uint32) error {
+	msg := "unknown CUresult"
+	g.out[3] = 0
+	if rr, _, _ := purego.SyscallN(g.drv.fn["cuGetErrorName"], uintptr(code), g.outp(3)); uint32(rr) == 0 {
+		msg = cstring(uintptr(g.out[3]), 128)
+	}
+	return &Error{Call: name, Code: int(code), Name: msg}
 }
 
 // enter makes the context current on this goroutine's OS thread (contexts
@@ -468,16 +491,36 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 	return err
 }
 
-func (g *gpu) sync() error {
-	return bounded("cuStreamSynchronize", syncTimeout, func() error {
-		return g.do(func() error { return g.call("cuStreamSynchronize", g.stream) })
-	})
-}
+func (g *gpu) sync() error { return g.waitStreams([2]uintptr{g.stream}, 1) }
 
-func (g *gpu) syncAll() error {
+func (g *gpu) syncAll() error { return g.waitStreams([2]uintptr{g.stream, g.copier}, 2) }
+
+// waitStreams waits until the first n of streams have run everything
+// queued on them: polling (wait.go's spinUntil), then blocking.
+func (g *gpu) waitStreams(streams [2]uintptr, n int) error {
+	var idle bool
+	err := g.do(func() error {
+		var err error
+		idle, err = spinUntil(g.spin, func() (bool, error) {
+			for _, s := range streams[:n] {
+				if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		return err
+	})
+	if err != nil || idle {
+		return err
+	}
 	return bounded("cuStreamSynchronize", syncTimeout, func() error {
 		return g.do(func() error {
-			return errors.Join(g.call("cuStreamSynchronize", g.stream), g.call("cuStreamSynchronize", g.copier))
+			var errs [2]error
+			for i, s := range streams[:n] {
+				errs[i] = g.call("cuStreamSynchronize", s)
+			}
+			return errors.Join(errs[:n]...)
 		})
 	})
 }
@@ -529,6 +572,15 @@ func (g *gpu) waitEvent(s stream, e event) error {
 }
 
 func (g *gpu) eventSync(e event) error {
+	var done bool
+	err := g.do(func() error {
+		var err error
+		done, err = spinUntil(g.spin, func() (bool, error) { return g.query("cuEventQuery", e) })
+		return err
+	})
+	if err != nil || done {
+		return err
+	}
 	return bounded("cuEventSynchronize", syncTimeout, func() error {
 		return g.do(func() error { return g.call("cuEventSynchronize", e) })
 	})

@@ -55,4 +55,5 @@ const (
 	cudaErrorInsufficientDriver = 35
 	cudaErrorNoDevice           = 100
 	cudaErrorInvalidDevice      = 101
+	cudaErrorNotReady           = 600 // a query: the work is still running
 )

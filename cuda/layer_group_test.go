@@ -23,6 +23,7 @@ func (s *listSource) Release(*nn.ExpertWeights)                      {}
 // either way). A short chunk and a format without a grouped kernel (3
 // bits) keep the per-expert path.
 func TestLayerGroupedExperts(t *testing.T) {
+	t.Setenv(mappedUploadsEnv, "0") // the launches below: inputs uploaded by copies, not gather_rows
 	r := rand.New(rand.NewPCG(81, 82))
 	const E, H, K, layer = 5, 64, 2, 2
 	for _, c := range []struct {

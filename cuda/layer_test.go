@@ -492,6 +492,7 @@ func TestLayerOutOfMemoryError(t *testing.T) {
 // Staging: many Writes queue copies in one staging buffer without
 // waiting until it is full; a wait makes it reusable.
 func TestLayerStaging(t *testing.T) {
+	t.Setenv(mappedUploadsEnv, "0") // Write through staging and a copy (the mapped path: TestMappedUploadsFake)
 	l, f := layerOf(t)
 	x := l.Temp(1 << 20) // 4 MiB
 	f.log, f.calls = true, nil

@@ -6,7 +6,8 @@ import (
 	"testing"
 )
 
-// With QPACK_CUDA_MAPPED_UPLOADS=1 a resident decode step queues no copy
+// With mapped uploads (the default; QPACK_CUDA_MAPPED_UPLOADS=0 turns them
+// off) a resident decode step queues no copy
 // from the host on the compute stream (the embedding row and the KV row
 // lists are read by kernels from the mapped staging memory), still gives
 // the CPU's logits bit for bit and still replays as graphs; without it
@@ -58,15 +59,21 @@ func TestMappedUploadsTinyModelsFake(t *testing.T) {
 	compareTiny(t, func(*testing.T) *Backend { return b }, func(string) float64 { return 0 })
 }
 
-// The same on the GPU: kernels reading the mapped staging memory in place
-// (the conformance recording runs it, and the sanitizers over it).
+// The same on the GPU, both ways: kernels reading the mapped staging
+// memory in place (the default) and the copies (QPACK_CUDA_MAPPED_UPLOADS=0;
+// the conformance recording runs it, and the sanitizers over it).
 func TestMappedUploadsGPU(t *testing.T) {
 	b := openOrSkip(t)
-	b.mappedUploads = true
-	compareTiny(t, func(*testing.T) *Backend { return b }, func(name string) float64 {
-		if strings.HasSuffix(name, "-f32") {
-			return 1e-4
-		}
-		return 1e-3
-	})
+	defer func() { b.mappedUploads = true }()
+	for _, mapped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mapped %v", mapped), func(t *testing.T) {
+			b.mappedUploads = mapped
+			compareTiny(t, func(*testing.T) *Backend { return b }, func(name string) float64 {
+				if strings.HasSuffix(name, "-f32") {
+					return 1e-4
+				}
+				return 1e-3
+			})
+		})
+	}
 }

@@ -70,6 +70,7 @@ func (c *clockFake) elapsed(from, to event) (float32, error) {
 // on, and Close frees every event.
 func TestTimelineFake(t *testing.T) {
 	t.Setenv(profileEnv, profileGraphs)
+	t.Setenv(mappedUploadsEnv, "0") // the labels below: the embedding row by a copy
 	c := &clockFake{graphFake: newGraphFake(t), stamp: map[event]float64{}}
 	// Closed after the models loadBoth loads, on an open backend; Close
 	// frees every event (the fake checks).
