@@ -164,6 +164,17 @@ func (tl *timeline) waited() {
 	}
 }
 
+// Mark implements runtime.Marker: a point of the host's path outside the
+// backend (the runner's draw, Forward's entry) for the timeline's report.
+func (b *Backend) Mark(point string) {
+	if b.tl == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tl.mark(point)
+}
+
 // mark notes that the host passed the named point (only the first of each
 // name after the boundary's first wait counts).
 func (tl *timeline) mark(name string) {

@@ -113,14 +113,15 @@ func TestTimelineFake(t *testing.T) {
 	}
 	// The host's path from each step's first wait (its logits' download)
 	// to the next step's first submission (its early start: layer 0's
-	// first ops) passes the pass's end, the next step's embedding row and
-	// its first launch, in that order.
+	// first ops) passes the pass's end, the next step's Forward (marked by
+	// the runtime through Backend.Mark), its embedding row and its first
+	// launch, in that order.
 	const first = "memset htod rms_norm_rows gemv_q4_set"
 	path := tl.paths[first]
 	if path == nil || path.n < 5 {
 		t.Fatalf("the host's path before %q: %+v, want one a step", first, path)
 	}
-	points := []string{"EndPass called", "a memset queued", "EndPass returns", "Write called", "an htod queued", "a launch queued"}
+	points := []string{"EndPass called", "a memset queued", "EndPass returns", "the graph's Forward called", "Write called", "an htod queued", "a launch queued"}
 	at := make([]float64, 0, len(points)+1)
 	for _, name := range points {
 		if path.count[name] != path.n {

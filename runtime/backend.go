@@ -48,3 +48,18 @@ type Allocator interface {
 // CPU is the pure-Go backend: products on the packed MLX data through mlxq
 // (which splits large products by rows over GOMAXPROCS goroutines).
 type CPU = nn.CPU
+
+// Marker is implemented by a backend that can time the host's path between
+// its waits for the device (package cuda's submission timeline,
+// QPACK_CUDA_PROFILE=graphs): Mark names a point the host passes there, so
+// that the report says where a decode step's boundary goes outside the
+// backend too (the runner's draw, Forward's entry). It costs a check when
+// the timeline is off.
+type Marker interface{ Mark(point string) }
+
+// Mark tells m's backend, when it is a Marker, that the host passed point.
+func (m *Model) Mark(point string) {
+	if mk, ok := m.Backend.(Marker); ok {
+		mk.Mark(point)
+	}
+}

@@ -165,6 +165,7 @@ func (m *Model) Forward(st *State, tokens []int, opt *ForwardOptions) ([]float32
 	if opt.Top != nil {
 		opt.Top.C.Reset() // a graph that selects nothing leaves it empty
 	}
+	m.Mark("the graph's Forward called")
 	logits, err := m.graph.Forward(Env{Device: m.Device(), Backend: m.Backend, Experts: m.Experts}, st.layers, st.pos, tokens, opt)
 	if err != nil {
 		return nil, err

@@ -267,6 +267,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 		if err != nil {
 			return nil, err
 		}
+		s.r.Model.Mark("the runner's draw returns")
 		if g.OnToken != nil {
 			g.OnToken(tok, logits)
 		}
@@ -304,6 +305,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 		if fwd.Into == nil {
 			fwd.Into = prev
 		}
+		s.r.Model.Mark("the runner calls Forward")
 		logits, err = s.r.Model.Forward(s.st, []int{tok}, fwd)
 		if err != nil {
 			s.Reset()
