@@ -23,15 +23,19 @@ func expWeights(buf []float64, sc []float64, cands []int, maxv float64) []float6
 		w = make([]float64, n)
 	}
 	w = w[:n]
+	workers := min(runtime.GOMAXPROCS(0), n/(parallelExpMin/4))
+	if n < parallelExpMin || workers < 2 {
+		// A decode step's few candidates: no closure, which the
+		// goroutines below would make escape (two allocations a draw).
+		for j, i := range cands {
+			w[j] = math.Exp(sc[i] - maxv)
+		}
+		return w
+	}
 	fill := func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			w[j] = math.Exp(sc[cands[j]] - maxv)
 		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), n/(parallelExpMin/4))
-	if n < parallelExpMin || workers < 2 {
-		fill(0, n)
-		return w
 	}
 	var wg sync.WaitGroup
 	per := (n + workers - 1) / workers

@@ -68,6 +68,7 @@ type Sampler struct {
 	cands   []int
 	weights []float64 // the draw's exp(score - max) per candidate
 	topw    []float64 // topP's, before its cut
+	order   []int     // topP's kept candidates in order
 	heap    []float64 // scanTopK's
 }
 
@@ -164,7 +165,7 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 // sc, divided by the temperature) and draws one.
 func (s *Sampler) filterDraw(sc []float64, cands []int) (int, error) {
 	if s.p.TopP > 0 && s.p.TopP < 1 {
-		cands, s.topw = topP(sc, cands, s.p.TopP, s.topw)
+		cands, s.topw, s.order = topPInto(sc, cands, s.p.TopP, s.topw, s.order)
 	}
 	if s.p.MinP > 0 {
 		cands = minP(sc, cands, s.p.MinP)
@@ -450,6 +451,13 @@ func (t *topHeap) push(v float64) float64 {
 // always kept.
 // buf is scratch for the candidates' weights (returned, grown as needed).
 func topP(sc []float64, cands []int, p float64, buf []float64) ([]int, []float64) {
+	kept, w, _ := topPInto(sc, cands, p, buf, nil)
+	return kept, w
+}
+
+// topPInto is topP with ord as scratch for the kept candidates' order
+// (returned, grown as needed): a decode loop's draws allocate nothing.
+func topPInto(sc []float64, cands []int, p float64, buf []float64, ord []int) ([]int, []float64, []int) {
 	maxv := math.Inf(-1)
 	for _, i := range cands {
 		maxv = max(maxv, sc[i])
@@ -482,31 +490,37 @@ func topP(sc []float64, cands []int, p float64, buf []float64) ([]int, []float64
 			break
 		}
 	}
-	ids := make([]int, 0, len(cands))
-	for j, i := range cands {
+	// The kept candidates by their positions j in cands, so that each
+	// one's weight is w[j], computed once (the same exp as the cut needs).
+	ord = ord[:0]
+	for j := range cands {
 		if bucket(w[j]/total) <= last {
-			ids = append(ids, i)
+			ord = append(ord, j)
 		}
 	}
-	slices.SortFunc(ids, func(a, b int) int {
+	slices.SortFunc(ord, func(a, b int) int {
+		ia, ib := cands[a], cands[b]
 		switch {
-		case sc[a] > sc[b]:
+		case sc[ia] > sc[ib]:
 			return -1
-		case sc[a] < sc[b]:
+		case sc[ia] < sc[ib]:
 			return 1
 		}
-		return a - b
+		return ia - ib
 	})
-	out := cands[:0]
+	n := 0
 	var before float64
-	for _, i := range ids {
-		if len(out) > 0 && before >= p {
+	for _, j := range ord {
+		if n > 0 && before >= p {
 			break
 		}
-		out = append(out, i)
-		before += math.Exp(sc[i]-maxv) / total
+		n++
+		before += w[j] / total
 	}
-	return out, w
+	for k, j := range ord[:n] {
+		ord[k] = cands[j]
+	}
+	return append(cands[:0], ord[:n]...), w, ord
 }
 
 // minP keeps candidates whose probability is at least m times the largest,
