@@ -215,7 +215,7 @@ func openDevice(ordinal int) (device, error) {
 		g.drv.fn["cuLaunchKernelEx"] = p
 	}
 	g.pdl = pdlWanted(g.major, g.drv.fn["cuLaunchKernelEx"] != 0, os.Getenv)
-	g.spin = spinFor(os.Getenv(spinEnv))
+	g.spin = spinFor(os.Getenv(spinEnv), goruntime.GOMAXPROCS(0))
 	return g, nil
 }
 

@@ -8,9 +8,16 @@ import (
 
 func TestSpinFor(t *testing.T) {
 	for v, want := range map[string]time.Duration{"": spinDefault, "0": 0, "250": 250 * time.Microsecond, "-1": spinDefault, "x": spinDefault} {
-		if got := spinFor(v); got != want {
-			t.Errorf("spinFor(%q) = %v, want %v", v, got, want)
+		if got := spinFor(v, 16); got != want {
+			t.Errorf("spinFor(%q, 16 processors) = %v, want %v", v, got, want)
 		}
+	}
+	// Two processors: no polling unless asked for.
+	if got := spinFor("", 2); got != 0 {
+		t.Errorf("spinFor(\"\", 2 processors) = %v, want 0", got)
+	}
+	if got := spinFor("300", 2); got != 300*time.Microsecond {
+		t.Errorf("spinFor(\"300\", 2 processors) = %v, want 300µs", got)
 	}
 }
 

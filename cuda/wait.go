@@ -36,7 +36,8 @@ func bounded(what string, timeout time.Duration, wait func() error) error {
 // EndPass's wait for streams that were already idle took 14 µs, a decode
 // step's every one (twentieth session's timeline). A decode step's wait
 // for its selection is ~0.5 ms, so the poll ends it as soon as the GPU
-// does; a longer one (a prefill chunk) blocks after spinFor.
+// does; a longer one (a prefill chunk) blocks after spinFor. With fewer
+// than spinMinProcs Go processors a wait blocks at once, as before.
 
 // spinEnv sets spinFor in microseconds (0: no polling, the blocking wait
 // alone).
@@ -45,11 +46,20 @@ const spinEnv = "QPACK_CUDA_SPIN_US"
 // spinDefault is spinFor's default.
 const spinDefault = 2 * time.Millisecond
 
+// spinMinProcs is the fewest Go processors (GOMAXPROCS) with which a wait
+// polls by default: the poll holds one while it lasts, and on a machine of
+// two or three cores the goroutines reading experts from disk for the next
+// layers need them more than the wait needs the microseconds.
+const spinMinProcs = 4
+
 // spinFor parses spinEnv's value: a count of microseconds, else the
-// default.
-func spinFor(v string) time.Duration {
+// default (none below spinMinProcs processors, procs being GOMAXPROCS).
+func spinFor(v string, procs int) time.Duration {
 	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 		return time.Duration(n) * time.Microsecond
+	}
+	if procs < spinMinProcs {
+		return 0
 	}
 	return spinDefault
 }
