@@ -70,6 +70,8 @@ type Sampler struct {
 	topw    []float64 // topP's, before its cut
 	order   []int     // topP's kept candidates in order
 	heap    []float64 // scanTopK's
+
+	accepted acceptedTop // AcceptsTop's last yes (top.go)
 }
 
 // New returns a Sampler whose random stream is fixed by p.Seed.

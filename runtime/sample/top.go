@@ -40,8 +40,47 @@ func (s *Sampler) TopK(vocab int) int {
 // gives up the whole logits (runtime.TopRequest.Accept), so that once it
 // said true, SampleTop on the same candidates reports ok.
 func (s *Sampler) AcceptsTop(ids []int32, logits []float32, vocab int) bool {
-	_, ok := s.topThreshold(ids, logits, vocab)
+	th, ok := s.topThreshold(ids, logits, vocab)
+	s.accepted.keep(ok, ids, logits, vocab, th)
 	return ok
+}
+
+// acceptedTop is AcceptsTop's last yes: copies of the candidates it
+// checked and their threshold, which SampleTop takes instead of finding it
+// again when it is given the same candidates (a decode step asks both,
+// back to back). Compared by value, so candidates changed in between are
+// checked anew.
+type acceptedTop struct {
+	ok    bool
+	vocab int
+	ids   []int32
+	bits  []uint32 // the logits' bits (NaN compares by its bits)
+	th    float64
+}
+
+func (a *acceptedTop) keep(ok bool, ids []int32, logits []float32, vocab int, th float64) {
+	a.ok, a.vocab, a.th = ok, vocab, th
+	if !ok {
+		return
+	}
+	a.ids = append(a.ids[:0], ids...)
+	a.bits = a.bits[:0]
+	for _, l := range logits {
+		a.bits = append(a.bits, math.Float32bits(l))
+	}
+}
+
+// same reports whether ids, logits and vocab are the kept candidates.
+func (a *acceptedTop) same(ids []int32, logits []float32, vocab int) bool {
+	if !a.ok || vocab != a.vocab || !slices.Equal(ids, a.ids) || len(logits) != len(a.bits) {
+		return false
+	}
+	for i, l := range logits {
+		if math.Float32bits(l) != a.bits[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // SampleTop chooses the next token from the top of a vocab-entry logits
@@ -57,7 +96,13 @@ func (s *Sampler) AcceptsTop(ids []int32, logits []float32, vocab int) bool {
 // the general path, which reads the whole vector). The caller then samples
 // the whole logits with Sample.
 func (s *Sampler) SampleTop(ids []int32, logits []float32, vocab int) (tok int, ok bool, err error) {
-	th, ok := s.topThreshold(ids, logits, vocab)
+	var th float64
+	if s.accepted.same(ids, logits, vocab) {
+		th, ok = s.accepted.th, true
+	} else {
+		th, ok = s.topThreshold(ids, logits, vocab)
+	}
+	s.accepted.ok = false
 	if !ok {
 		return -1, false, nil
 	}

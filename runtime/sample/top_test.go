@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/qpack-go/qpack/runtime/nn"
@@ -301,6 +302,46 @@ func TestSampleTopGreedy(t *testing.T) {
 		}
 		if got, ok, err := s.SampleTop(c.IDs, c.Logits, c.N); !ok || err != nil || got != want {
 			t.Errorf("%v: SampleTop %d %v %v, argmax32 %d", logits, got, ok, err, want)
+		}
+	}
+}
+
+// SampleTop takes the threshold AcceptsTop found only for the very
+// candidates it checked: after AcceptsTop on others, or on the same
+// storage changed in place since, it draws what a sampler that was never
+// asked draws.
+func TestSampleTopAfterOtherAccepts(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	p := Params{Temperature: 1, TopK: 8, TopP: 0.9, Seed: 3}
+	const vocab = 200
+	for i := range 200 {
+		a, b := topLogits(r, vocab, 0), topLogits(r, vocab, 0)
+		var ca, cb nn.TopLogits
+		if !nn.SelectTopRef(&ca, a, 8+i%3, 0) || !nn.SelectTopRef(&cb, b, 8+i%5, 0) {
+			t.Fatal("SelectTopRef declined")
+		}
+		fresh, _ := New(p)
+		asked, _ := New(p)
+		want, wok, _ := fresh.SampleTop(cb.IDs, cb.Logits, vocab)
+		var got int
+		var gok bool
+		if i%2 == 0 {
+			// Asked about other candidates.
+			asked.AcceptsTop(ca.IDs, ca.Logits, vocab)
+			got, gok, _ = asked.SampleTop(cb.IDs, cb.Logits, vocab)
+		} else {
+			// Asked about b's candidates with one logit since raised to
+			// the top: the threshold must be found anew.
+			ids, logits := slices.Clone(cb.IDs), slices.Clone(cb.Logits)
+			asked.AcceptsTop(ids, logits, vocab)
+			j := r.IntN(len(logits))
+			logits[j] = slices.Max(logits) + 1
+			fresh2, _ := New(p)
+			want, wok, _ = fresh2.SampleTop(ids, logits, vocab)
+			got, gok, _ = asked.SampleTop(ids, logits, vocab)
+		}
+		if got != want || gok != wok {
+			t.Fatalf("case %d: drew %d (%v), a sampler never asked %d (%v)", i, got, gok, want, wok)
 		}
 	}
 }
