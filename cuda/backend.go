@@ -64,6 +64,10 @@ type Backend struct {
 	// mapped staging memory (layer_mem.go; on unless
 	// QPACK_CUDA_MAPPED_UPLOADS=0; tests cover both).
 	mappedUploads bool
+	// selectMapped: the selection's results written into mapped staging
+	// memory and read in place (QPACK_CUDA_SELECT_MAPPED=1,
+	// layer_select.go: A/B runs; tests cover both).
+	selectMapped bool
 	// fuse is the set of decode fusions the Layer makes
 	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).
 	fuse fuseSet
@@ -166,7 +170,7 @@ func newBackend(dev device) (*Backend, error) {
 		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv)),
-		mappedUploads: os.Getenv(mappedUploadsEnv) != "0"}
+		mappedUploads: os.Getenv(mappedUploadsEnv) != "0", selectMapped: os.Getenv(selectMappedEnv) == "1"}
 	b.dev = dev
 	if b.prof != nil {
 		b.dev = &profiledCopies{device: dev, p: b.prof}

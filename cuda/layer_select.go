@@ -42,7 +42,16 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 		return false, l.err
 	}
 	words := 1 + G + 2*G*limit
-	out, err := l.scratch(4 * int64(words))
+	// The results in device memory and one download, or (selectMapped) in
+	// the mapped staging memory the kernels write over the bus, read in
+	// place after the wait: no copy on the step's critical path.
+	var out devptr
+	var mapped []byte
+	if l.b.selectMapped {
+		mapped, out, err = l.stagedAt(4 * words)
+	} else {
+		out, err = l.scratch(4 * int64(words))
+	}
 	if err != nil {
 		l.fail("SelectTop", err)
 		return false, l.err
@@ -50,13 +59,21 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 	if !l.kernel("SelectTop", l.b.kSelectTop(out, xp, part, n, k, limit)) || l.err != nil {
 		return false, l.err
 	}
-	if cap(l.selBuf) < words {
-		l.selBuf = make([]int32, words)
-	}
-	buf := l.selBuf[:words]
-	if err := l.download(i32b(buf), out); err != nil {
-		l.fail("SelectTop", err)
-		return false, l.err
+	var buf []int32
+	if mapped != nil {
+		if !l.wait("SelectTop") {
+			return false, l.err
+		}
+		buf = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(mapped))), words)
+	} else {
+		if cap(l.selBuf) < words {
+			l.selBuf = make([]int32, words)
+		}
+		buf = l.selBuf[:words]
+		if err := l.download(i32b(buf), out); err != nil {
+			l.fail("SelectTop", err)
+			return false, l.err
+		}
 	}
 	ok, err = parseSelection(c, buf, n, k, G, limit)
 	if err != nil {
@@ -88,6 +105,13 @@ func parseSelection(c *nn.TopLogits, words []int32, n, k, G, limit int) (bool, e
 func (l *Layer) SelectsTop(n, k int) bool {
 	return n >= l.b.selectMin && gpukernels.SelectFits(n, k)
 }
+
+// selectMappedEnv set to 1 has the select kernels write their results into
+// the mapped staging memory, which the host reads in place after its wait,
+// instead of device memory and a download (an A/B switch until measured on
+// the device: a copy less on the step's critical path, against select_list's
+// groups reading the threshold over the bus).
+const selectMappedEnv = "QPACK_CUDA_SELECT_MAPPED"
 
 // selectMinEnv overrides selectMinDefault (a count of logits; 0: always).
 const selectMinEnv = "QPACK_CUDA_SELECT_MIN"

@@ -202,7 +202,7 @@ func TestLayerSelectsTopFake(t *testing.T) {
 			t.Errorf("selectMinFor(%q) = %d, want %d", s, got, want)
 		}
 	}
-	b, _ := fakeBackend(t)
+	b, f := fakeBackend(t)
 	l := b.Layer()
 	for _, c := range []struct {
 		min, n, k int
@@ -217,8 +217,12 @@ func TestLayerSelectsTopFake(t *testing.T) {
 	name := tinyModels(t)[0]
 	ref, m := loadBoth(t, name, b)
 	V := m.Config.Vocab
-	for _, min := range []int{0, V + 1} {
-		b.selectMin = min
+	// Selected with the results downloaded, and written into the mapped
+	// staging memory (QPACK_CUDA_SELECT_MAPPED=1: no download at all).
+	var downloads [3]int
+	for i, min := range []int{0, 0, V + 1} {
+		b.selectMin, b.selectMapped = min, i == 1
+		f.log, f.calls = true, nil
 		rs, st := ref.NewState(), m.NewState()
 		prompt := []int{3, 1, 4, 1, 5}
 		want, err := ref.Forward(rs, prompt, nil)
@@ -243,5 +247,29 @@ func TestLayerSelectsTopFake(t *testing.T) {
 		if got != nil || !slices.Equal(req.C.IDs, c.IDs) || !slices.Equal(req.C.Logits, c.Logits) || req.C.N != V {
 			t.Fatalf("%s: selected %v %v (N %d, logits %d), the CPU's top is %v %v", name, req.C.IDs, req.C.Logits, req.C.N, len(got), c.IDs, c.Logits)
 		}
+		for _, call := range f.calls {
+			if call == "dtoh" {
+				downloads[i]++
+			}
+		}
 	}
+	b.selectMapped = false
+	if downloads[0] != downloads[1]+1 {
+		t.Errorf("%s: %d downloads with the selection's results in device memory, %d with them mapped: want one less", name, downloads[0], downloads[1])
+	}
+}
+
+// The selection's results written into the mapped staging memory and read
+// in place (QPACK_CUDA_SELECT_MAPPED=1): the conformance suite's SelectTop
+// cases, on the fake device and on the GPU.
+func TestSelectMappedFake(t *testing.T) {
+	b, _ := fakeBackend(t)
+	b.selectMapped = true
+	devicetest.SelectOps(t, b.LayerDevice())
+}
+
+func TestSelectMappedGPU(t *testing.T) {
+	b := openOrSkip(t)
+	b.selectMapped = true
+	devicetest.SelectOps(t, b.LayerDevice())
 }

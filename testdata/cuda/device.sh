@@ -26,7 +26,7 @@ has env && {
 	ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null
 	file "$T" 2>/dev/null
 } >"$OUT/env.log" 2>&1
-GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU|LayerGroupedExpertsGPU|AttentionTileGPU|DeltaNetColsGPU|NormFuseGPU|NormFuseModelsGPU|MappedUploadsGPU)$'
+GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU|LayerGroupedExpertsGPU|AttentionTileGPU|DeltaNetColsGPU|NormFuseGPU|NormFuseModelsGPU|MappedUploadsGPU|SelectMappedGPU)$'
 if has conformance; then
 	timeout 240 "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout 235s >"$OUT/conformance.log" 2>&1
 	echo "exit status $?" >>"$OUT/conformance.log"
@@ -35,7 +35,7 @@ fi
 # (every layer kernel), one tiny model per architecture through the layer
 # device, and each gemm kernel once (the large conformance shapes would take
 # minutes under the tools).
-SAN='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|DeviceConformanceGPU|LayerTinyModelsGPU|GemmEachKernel|GemmBaselineKernel|LayerGroupedExpertsGPU|AttentionTileGPU|NormFuseGPU|MappedUploadsGPU)$'
+SAN='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|DeviceConformanceGPU|LayerTinyModelsGPU|GemmEachKernel|GemmBaselineKernel|LayerGroupedExpertsGPU|AttentionTileGPU|NormFuseGPU|MappedUploadsGPU|SelectMappedGPU)$'
 # racecheck runs the tests about 4x slower than the others (it timed out at
 # 145 s on 2026-12-05 in the last test, TestLayerTinyModelsGPU).
 for tool in $TOOLS; do
