@@ -499,18 +499,21 @@ func (g *gpu) syncAll() error { return g.waitStreams([2]uintptr{g.stream, g.copi
 // queued on them: polling (wait.go's spinUntil), then blocking.
 func (g *gpu) waitStreams(streams [2]uintptr, n int) error {
 	var idle bool
-	err := g.do(func() error {
-		var err error
-		idle, err = spinUntil(g.spin, func() (bool, error) {
-			for _, s := range streams[:n] {
-				if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
-					return false, err
+	var err error
+	if g.spin > 0 {
+		err = g.do(func() error {
+			var err error
+			idle, err = spinUntil(g.spin, func() (bool, error) {
+				for _, s := range streams[:n] {
+					if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
+						return false, err
+					}
 				}
-			}
-			return true, nil
+				return true, nil
+			})
+			return err
 		})
-		return err
-	})
+	}
 	if err != nil || idle {
 		return err
 	}
@@ -573,11 +576,14 @@ func (g *gpu) waitEvent(s stream, e event) error {
 
 func (g *gpu) eventSync(e event) error {
 	var done bool
-	err := g.do(func() error {
-		var err error
-		done, err = spinUntil(g.spin, func() (bool, error) { return g.query("cuEventQuery", e) })
-		return err
-	})
+	var err error
+	if g.spin > 0 {
+		err = g.do(func() error {
+			var err error
+			done, err = spinUntil(g.spin, func() (bool, error) { return g.query("cuEventQuery", e) })
+			return err
+		})
+	}
 	if err != nil || done {
 		return err
 	}
