@@ -496,36 +496,40 @@ func (g *gpu) sync() error { return g.waitStreams([2]uintptr{g.stream}, 1) }
 func (g *gpu) syncAll() error { return g.waitStreams([2]uintptr{g.stream, g.copier}, 2) }
 
 // waitStreams waits until the first n of streams have run everything
-// queued on them: polling (wait.go's spinUntil), then blocking.
+// queued on them.
 func (g *gpu) waitStreams(streams [2]uintptr, n int) error {
-	var idle bool
-	var err error
+	return g.pollThenWait("cuStreamSynchronize", func() (bool, error) {
+		for _, s := range streams[:n] {
+			if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}, func() error {
+		var errs [2]error
+		for i, s := range streams[:n] {
+			errs[i] = g.call("cuStreamSynchronize", s)
+		}
+		return errors.Join(errs[:n]...)
+	})
+}
+
+// pollThenWait is every wait for the device (wait.go): ready, a query, is
+// polled for up to g.spin, then block (the driver's blocking wait, what
+// names it) runs under bounded; both inside the context.
+func (g *gpu) pollThenWait(what string, ready func() (bool, error), block func() error) error {
 	if g.spin > 0 {
-		err = g.do(func() error {
+		var done bool
+		err := g.do(func() error {
 			var err error
-			idle, err = spinUntil(g.spin, func() (bool, error) {
-				for _, s := range streams[:n] {
-					if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
-						return false, err
-					}
-				}
-				return true, nil
-			})
+			done, err = spinUntil(g.spin, ready)
 			return err
 		})
+		if err != nil || done {
+			return err
+		}
 	}
-	if err != nil || idle {
-		return err
-	}
-	return bounded("cuStreamSynchronize", syncTimeout, func() error {
-		return g.do(func() error {
-			var errs [2]error
-			for i, s := range streams[:n] {
-				errs[i] = g.call("cuStreamSynchronize", s)
-			}
-			return errors.Join(errs[:n]...)
-		})
-	})
+	return bounded(what, syncTimeout, func() error { return g.do(block) })
 }
 
 func (g *gpu) streamOf(s stream) uintptr {
@@ -575,21 +579,8 @@ func (g *gpu) waitEvent(s stream, e event) error {
 }
 
 func (g *gpu) eventSync(e event) error {
-	var done bool
-	var err error
-	if g.spin > 0 {
-		err = g.do(func() error {
-			var err error
-			done, err = spinUntil(g.spin, func() (bool, error) { return g.query("cuEventQuery", e) })
-			return err
-		})
-	}
-	if err != nil || done {
-		return err
-	}
-	return bounded("cuEventSynchronize", syncTimeout, func() error {
-		return g.do(func() error { return g.call("cuEventSynchronize", e) })
-	})
+	return g.pollThenWait("cuEventSynchronize", func() (bool, error) { return g.query("cuEventQuery", e) },
+		func() error { return g.call("cuEventSynchronize", e) })
 }
 
 func (g *gpu) freeEvent(e event) error {

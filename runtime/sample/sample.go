@@ -67,8 +67,8 @@ type Sampler struct {
 	scores  []float64
 	cands   []int
 	weights []float64 // the draw's exp(score - max) per candidate
-	topw    []float64 // topP's, before its cut
-	order   []int     // topP's kept candidates in order
+	topw    []float64 // topPInto's, before its cut
+	order   []int     // topPInto's kept candidates in order
 	heap    []float64 // scanTopK's
 
 	accepted acceptedTop // AcceptsTop's last yes (top.go)
@@ -448,17 +448,11 @@ func (t *topHeap) push(v float64) float64 {
 	return h[0]
 }
 
-// topP keeps, in descending order of score (ties: lower id first), each
-// candidate while the probability mass before it is below p; the first is
-// always kept.
-// buf is scratch for the candidates' weights (returned, grown as needed).
-func topP(sc []float64, cands []int, p float64, buf []float64) ([]int, []float64) {
-	kept, w, _ := topPInto(sc, cands, p, buf, nil)
-	return kept, w
-}
-
-// topPInto is topP with ord as scratch for the kept candidates' order
-// (returned, grown as needed): a decode loop's draws allocate nothing.
+// topPInto keeps, in descending order of score (ties: lower id first),
+// each candidate while the probability mass before it is below p; the
+// first is always kept. buf is scratch for the candidates' weights and ord
+// for the kept candidates' order (both returned, grown as needed: a decode
+// loop's draws allocate nothing).
 func topPInto(sc []float64, cands []int, p float64, buf []float64, ord []int) ([]int, []float64, []int) {
 	maxv := math.Inf(-1)
 	for _, i := range cands {

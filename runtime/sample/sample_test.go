@@ -152,7 +152,7 @@ func TestTopP(t *testing.T) {
 		{0.85, []int{0, 1, 3}},    // + 0.15
 		{0.97, []int{0, 1, 2, 3}}, // needs all
 	} {
-		kept, _ := topP(sc, []int{0, 1, 2, 3}, c.p, nil)
+		kept, _, _ := topPInto(sc, []int{0, 1, 2, 3}, c.p, nil, nil)
 		got := sortedCopy(kept)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("top_p %v: kept %v, want %v", c.p, got, c.want)
@@ -489,7 +489,7 @@ func TestKthLargest(t *testing.T) {
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(5, 6)) }
 
-// topP against a direct implementation of the transformers rule (sort
+// topPInto against a direct implementation of the transformers rule (sort
 // ascending, drop tokens whose cumulative probability is <= 1-p, keep the
 // most likely) on random scores, including ties and many tokens.
 func TestTopPMatchesSortRule(t *testing.T) {
@@ -528,7 +528,7 @@ func TestTopPMatchesSortRule(t *testing.T) {
 				want = append(want, i)
 			}
 		}
-		got, _ := topP(sc, slices.Clone(cands), p, nil)
+		got, _, _ := topPInto(sc, slices.Clone(cands), p, nil, nil)
 		if !slices.Equal(sortedCopy(got), sortedCopy(want)) {
 			// Rounding can move a token that sits exactly on the boundary.
 			if d := len(got) - len(want); d < -1 || d > 1 {

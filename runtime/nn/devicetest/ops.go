@@ -14,16 +14,7 @@ import (
 func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	tol = tol.filled()
 	t.Logf("device %s, tolerances %+v", dev.Name(), tol)
-	run := func(name string, f func(t *testing.T, dev nn.Device, tol Tolerances)) {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if err := dev.EndPass(); err != nil {
-					t.Errorf("%s: EndPass: %v", dev.Name(), err)
-				}
-			}()
-			f(t, dev, tol)
-		})
-	}
+	run := func(name string, f opCheck) { runOp(t, dev, tol, name, f) }
 	run("Memory", testMemory)
 	run("Temp", testTemp)
 	run("MatMul", testMatMul)
@@ -48,6 +39,22 @@ func Ops(t *testing.T, dev nn.Device, tol Tolerances) {
 	run("RoutedExperts", testRoutedExperts)
 	run("GroupedExperts", testGroupedExperts)
 	run("Determinism", testDeterminism)
+}
+
+// opCheck is one group of Ops' checks.
+type opCheck func(t *testing.T, dev nn.Device, tol Tolerances)
+
+// runOp runs f as the subtest name, ending its pass (EndPass) and failing
+// on a device error.
+func runOp(t *testing.T, dev nn.Device, tol Tolerances, name string, f opCheck) {
+	t.Run(name, func(t *testing.T) {
+		defer func() {
+			if err := dev.EndPass(); err != nil {
+				t.Errorf("%s: EndPass: %v", dev.Name(), err)
+			}
+		}()
+		f(t, dev, tol)
+	})
 }
 
 func rng(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }

@@ -95,12 +95,5 @@ func SelectLogits(r *rand.Rand, n, kind int) []float32 {
 // SelectOps runs the SelectTop part of Ops alone (a backend's switch that
 // changes only how the top is selected or brought back).
 func SelectOps(t *testing.T, dev nn.Device) {
-	t.Run("SelectTop", func(t *testing.T) {
-		defer func() {
-			if err := dev.EndPass(); err != nil {
-				t.Errorf("%s: EndPass: %v", dev.Name(), err)
-			}
-		}()
-		testSelectTop(t, dev, DefaultTolerances())
-	})
+	runOp(t, dev, DefaultTolerances().filled(), "SelectTop", testSelectTop)
 }
