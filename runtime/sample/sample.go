@@ -67,8 +67,7 @@ type Sampler struct {
 	scores  []float64
 	cands   []int
 	weights []float64 // the draw's exp(score - max) per candidate
-	topw    []float64 // topPInto's, before its cut
-	order   []int     // topPInto's kept candidates in order
+	topP    topPScratch
 	heap    []float64 // scanTopK's
 
 	accepted acceptedTop // AcceptsTop's last yes (top.go)
@@ -166,29 +165,39 @@ func (s *Sampler) pick(logits []float32) (int, error) {
 // filterDraw applies top-p and min-p to the candidates (their scores in
 // sc, divided by the temperature) and draws one.
 func (s *Sampler) filterDraw(sc []float64, cands []int) (int, error) {
+	// kept: top-p's weights of the candidates it kept, in their order
+	// (nil when top-p is off).
+	var kept []float64
 	if s.p.TopP > 0 && s.p.TopP < 1 {
-		cands, s.topw, s.order = topPInto(sc, cands, s.p.TopP, s.topw, s.order)
+		cands, kept = topPInto(sc, cands, s.p.TopP, &s.topP)
 	}
 	if s.p.MinP > 0 {
 		cands = minP(sc, cands, s.p.MinP)
+		kept = nil // fewer candidates than kept's
 	}
 	s.cands = cands
 
 	// Draw from the softmax of the kept scores, walking ids in ascending
 	// order so that a seed gives the same token whatever order the filters
-	// left the candidates in.
-	// (Without filters they are ascending already: no sort.)
+	// left the candidates in. (The filters keep the candidates' order, so
+	// ascending candidates need no sort.)
 	if !slices.IsSorted(cands) {
 		slices.Sort(cands)
-	}
-	maxv := math.Inf(-1)
-	for _, i := range cands {
-		maxv = max(maxv, sc[i])
+		kept = nil // in the order before the sort
 	}
 	// Each weight is computed once (the walk below adds the same values in
-	// the same order as the total).
-	w := expWeights(s.weights, sc, cands, maxv)
-	s.weights = w
+	// the same order as the total): top-p's own when it was the only
+	// filter, the same bits (exp(sc - max), and the largest score is
+	// always kept).
+	w := kept
+	if w == nil {
+		maxv := math.Inf(-1)
+		for _, i := range cands {
+			maxv = max(maxv, sc[i])
+		}
+		w = expWeights(s.weights, sc, cands, maxv)
+		s.weights = w
+	}
 	var total float64
 	for _, v := range w {
 		total += v
@@ -448,35 +457,51 @@ func (t *topHeap) push(v float64) float64 {
 	return h[0]
 }
 
-// topPInto keeps, in descending order of score (ties: lower id first),
-// each candidate while the probability mass before it is below p; the
-// first is always kept. buf is scratch for the candidates' weights and ord
-// for the kept candidates' order (both returned, grown as needed: a decode
-// loop's draws allocate nothing).
-func topPInto(sc []float64, cands []int, p float64, buf []float64, ord []int) ([]int, []float64, []int) {
+// topPScratch is topPInto's scratch, kept by a Sampler so that a decode
+// loop's draws allocate nothing.
+type topPScratch struct {
+	w    []float64   // every candidate's weight, before the cut
+	kept []float64   // the kept candidates' weights, in their order
+	ord  []rankedPos // the candidates that can be kept, by rank
+	keep []bool      // whether candidate j is kept
+}
+
+// rankedPos is a candidate for topPInto's order: its score and id held
+// inline, so that the sort compares without indirection.
+type rankedPos struct {
+	s  float64
+	id int
+	j  int // its position in cands
+}
+
+// topPInto keeps each candidate while the probability mass of those before
+// it, in descending order of score (ties: lower id first), is below p; the
+// first is always kept. The kept candidates stay in their order in cands
+// (filtered in place, so ascending ids stay ascending), and the second
+// result holds their weights exp(sc[i] - max) in that order: the bits the
+// draw's own expWeights would compute, since the largest score is always
+// kept.
+func topPInto(sc []float64, cands []int, p float64, t *topPScratch) ([]int, []float64) {
 	maxv := math.Inf(-1)
 	for _, i := range cands {
 		maxv = max(maxv, sc[i])
 	}
-	w := expWeights(buf, sc, cands, maxv) // exp(sc[cands[j]] - maxv)
+	w := expWeights(t.w, sc, cands, maxv) // exp(sc[cands[j]] - maxv)
+	t.w = w
 	var total float64
 	for _, v := range w {
 		total += v
 	}
-	// Only candidates that can be kept go on the heap. Bucket them by the
+	// Only candidates that can be kept are sorted. Bucket them by the
 	// binary exponent of their probability: once the buckets above hold mass
 	// p, every token in a lower bucket has at least p of strictly more
 	// likely tokens before it and is dropped. One bucket of slack covers
 	// rounding in these sums.
 	const nb = 64
 	var mass [nb]float64
-	bucket := func(prob float64) int {
-		_, e := math.Frexp(prob) // prob = f * 2^e, f in [0.5, 1)
-		return min(nb-1, max(0, 1-e))
-	}
 	for _, v := range w {
 		prob := v / total
-		mass[bucket(prob)] += prob
+		mass[probBucket(prob, nb)] += prob
 	}
 	last, cum := nb-1, 0.0
 	for b := range nb {
@@ -486,37 +511,62 @@ func topPInto(sc []float64, cands []int, p float64, buf []float64, ord []int) ([
 			break
 		}
 	}
-	// The kept candidates by their positions j in cands, so that each
-	// one's weight is w[j], computed once (the same exp as the cut needs).
-	ord = ord[:0]
-	for j := range cands {
-		if bucket(w[j]/total) <= last {
-			ord = append(ord, j)
+	ord := t.ord[:0]
+	for j, i := range cands {
+		if probBucket(w[j]/total, nb) <= last {
+			ord = append(ord, rankedPos{s: sc[i], id: i, j: j})
 		}
 	}
-	slices.SortFunc(ord, func(a, b int) int {
-		ia, ib := cands[a], cands[b]
+	t.ord = ord
+	slices.SortFunc(ord, func(a, b rankedPos) int {
 		switch {
-		case sc[ia] > sc[ib]:
+		case a.s > b.s:
 			return -1
-		case sc[ia] < sc[ib]:
+		case a.s < b.s:
 			return 1
 		}
-		return ia - ib
+		return a.id - b.id
 	})
 	n := 0
 	var before float64
-	for _, j := range ord {
+	for _, r := range ord {
 		if n > 0 && before >= p {
 			break
 		}
 		n++
-		before += w[j] / total
+		before += w[r.j] / total
 	}
-	for k, j := range ord[:n] {
-		ord[k] = cands[j]
+	keep := slices.Grow(t.keep[:0], len(cands))[:len(cands)]
+	clear(keep)
+	t.keep = keep
+	for _, r := range ord[:n] {
+		keep[r.j] = true
 	}
-	return append(cands[:0], ord[:n]...), w, ord
+	kept := t.kept[:0]
+	out := cands[:0]
+	for j, i := range cands {
+		if keep[j] {
+			out = append(out, i)
+			kept = append(kept, w[j])
+		}
+	}
+	t.kept = kept
+	return out, kept
+}
+
+// probBucket is the bucket of a probability by its binary exponent: 1-e
+// for prob = f·2^e with f in [0.5, 1) (math.Frexp's e), clamped to [0,
+// nb). Read from the bits for a normal number; zero, subnormals, Inf and
+// NaN go through Frexp.
+func probBucket(prob float64, nb int) int {
+	exp := int(math.Float64bits(prob)>>52) & 0x7ff
+	var e int
+	if exp == 0 || exp == 0x7ff {
+		_, e = math.Frexp(prob)
+	} else {
+		e = exp - 1022
+	}
+	return min(nb-1, max(0, 1-e))
 }
 
 // minP keeps candidates whose probability is at least m times the largest,

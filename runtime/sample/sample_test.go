@@ -152,7 +152,7 @@ func TestTopP(t *testing.T) {
 		{0.85, []int{0, 1, 3}},    // + 0.15
 		{0.97, []int{0, 1, 2, 3}}, // needs all
 	} {
-		kept, _, _ := topPInto(sc, []int{0, 1, 2, 3}, c.p, nil, nil)
+		kept, _ := topPInto(sc, []int{0, 1, 2, 3}, c.p, &topPScratch{})
 		got := sortedCopy(kept)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("top_p %v: kept %v, want %v", c.p, got, c.want)
@@ -528,7 +528,16 @@ func TestTopPMatchesSortRule(t *testing.T) {
 				want = append(want, i)
 			}
 		}
-		got, _, _ := topPInto(sc, slices.Clone(cands), p, nil, nil)
+		got, kw := topPInto(sc, slices.Clone(cands), p, &topPScratch{})
+		// The kept stay in cands' (ascending) order, with their weights.
+		if !slices.IsSorted(got) || len(kw) != len(got) {
+			t.Fatalf("trial %d: kept %d candidates out of order or with %d weights", trial, len(got), len(kw))
+		}
+		for j, i := range got {
+			if w := math.Exp(sc[i] - maxv); kw[j] != w {
+				t.Fatalf("trial %d: kept weight %d = %v, want exp(sc - max) = %v", trial, j, kw[j], w)
+			}
+		}
 		if !slices.Equal(sortedCopy(got), sortedCopy(want)) {
 			// Rounding can move a token that sits exactly on the boundary.
 			if d := len(got) - len(want); d < -1 || d > 1 {
@@ -609,6 +618,25 @@ func TestGreedyFastPath(t *testing.T) {
 		}
 		if err != nil || got != want {
 			t.Fatalf("%v: got %d (%v), want %d", logits, got, err, want)
+		}
+	}
+}
+
+// probBucket reads the exponent from the bits: the same bucket as
+// math.Frexp's exponent gives, for normal numbers, zero, subnormals and
+// the values no probability should be.
+func TestProbBucketFrexp(t *testing.T) {
+	vals := []float64{0, 1, 0.5, 0.4999999999, 0.75, 0.25, 1e-3, 1e-300, 5e-324, 2.2250738585072014e-308,
+		2.225073858507201e-308, math.Inf(1), math.NaN(), 2, 3.5, math.SmallestNonzeroFloat64 * 7}
+	r := newTestRand()
+	for range 2000 {
+		vals = append(vals, math.Ldexp(r.Float64(), -r.IntN(80)))
+	}
+	for _, v := range vals {
+		_, e := math.Frexp(v)
+		want := min(63, max(0, 1-e))
+		if got := probBucket(v, 64); got != want {
+			t.Errorf("probBucket(%g) = %d, want %d", v, got, want)
 		}
 	}
 }
