@@ -1,5 +1,5 @@
 #!/bin/bash
-# The twenty-first session's second device call (~230 s): built by
+# The twenty-first session's second device call (~280 s): built by
 #   BASE=HEAD~1 bash bench/gpu/scripts/session15-build.sh
 # (gpu-base: before the sampler's top-p change; gpu-new: with it), plus
 # sample-base.test and sample-new.test (go test -c ./runtime/sample at the
@@ -12,7 +12,10 @@
 #      and new: the draw at the step boundary;
 #   3. resident decode A/B (35b dims, 8 layers, 32,768 logits, 1,024
 #      tokens, 4 rounds): base, new, fuse (new with
-#      QPACK_CUDA_FUSE=qknorm+rope+kv; +0.8% in this session's first call).
+#      QPACK_CUDA_FUSE=qknorm+rope+kv; +0.8% in this session's first call),
+#      flush2 (QPACK_CUDA_FLUSH_LAYERS=2: two layers a graph; the timeline
+#      has the GPU idle 3.9 µs before each DeltaNet layer's graph, 7.6
+#      before each attention layer's).
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -35,8 +38,8 @@ done
 rm -rf $W/model
 echo "timelines done at $(el) s" >>$W/times.txt
 tar -C $W -czf $O/s21b.tgz .
-OUT=$W VARIANTS="base:gpu-base new:gpu-new fuse:gpu-new:QPACK_CUDA_FUSE=qknorm+rope+kv" DIMS=35b VOCABS=32768 \
-	ROUNDS=${ROUNDS:-4} TOKENS=1024 timeout 330 sh bench/gpu/ab.sh >$W/ab.txt 2>&1
+OUT=$W VARIANTS="base:gpu-base new:gpu-new fuse:gpu-new:QPACK_CUDA_FUSE=qknorm+rope+kv flush2:gpu-new:QPACK_CUDA_FLUSH_LAYERS=2" DIMS=35b VOCABS=32768 \
+	ROUNDS=${ROUNDS:-4} TOKENS=1024 timeout 400 sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 echo "ab done at $(el) s" >>$W/times.txt
 tar -C $W -czf $O/s21b.tgz .
 cat $W/times.txt
