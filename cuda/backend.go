@@ -81,7 +81,7 @@ type Backend struct {
 	// the device (Layer.SelectsTop, QPACK_CUDA_SELECT_MIN).
 	selectMin int
 	// flushEvery: the Layer submits its queue at every flushEvery-th
-	// Flush (QPACK_CUDA_FLUSH_LAYERS; 1 is every layer, as before).
+	// Flush (QPACK_CUDA_FLUSH_LAYERS; flushEveryDefault unless set).
 	flushEvery int
 	err        error
 	closed     bool

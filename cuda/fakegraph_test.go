@@ -484,7 +484,7 @@ func TestRecorderEarlyStartFake(t *testing.T) {
 }
 
 func TestFlushEveryFor(t *testing.T) {
-	for v, want := range map[string]int{"": 1, "1": 1, "3": 3, "0": 1, "-2": 1, "x": 1, "step": math.MaxInt} {
+	for v, want := range map[string]int{"": 2, "1": 1, "2": 2, "3": 3, "0": 2, "-2": 2, "x": 2, "step": math.MaxInt} {
 		if got := flushEveryFor(v); got != want {
 			t.Errorf("flushEveryFor(%q) = %d, want %d", v, got, want)
 		}

@@ -47,18 +47,25 @@ const (
 	fuseRoPE                       // an attention q or k norm with its RoPE (rms_norm_rope)
 	fuseKV                         // the keys and values into the cache in one launch
 	fuseSigMul                     // the attention output gate into the output projection
-	fuseAll            = fuseNorm | fuseRoute | fuseGNorm | fuseQKNorm | fuseRoPE | fuseKV | fuseSigMul
-	// fuseDefault: none. On the H200 (fourteenth session,
-	// bench/gpu/results/session14-h200, 35b dims, 8 layers) decode ran
-	// 1,448 tok/s with no fusion, 1,426 with qknorm+rope+kv, 1,411 with
-	// those and norm+route, 1,312 with those and gnorm, and 1,200 with
-	// all (32,768 logits; at 248,320: 1,250, 1,220, 1,144, 1,145, 1,013).
-	// In norm, route, gnorm and sigmul every group of a wide product forms
-	// the whole norm (or gate) of its input again; the three that add no
-	// work a group save launches, but a launch boundary inside a graph
-	// costs about 0.74 us there (BenchmarkPersistentPhasesGPU), less than
-	// what a fused kernel's longer critical path gives back.
-	fuseDefault fuseSet = 0
+	fuseAll    = fuseNorm | fuseRoute | fuseGNorm | fuseQKNorm | fuseRoPE | fuseKV | fuseSigMul
+	// fuseDefault: the three that add no work to a launch's groups
+	// (qknorm, rope, kv: 12 launches a decode token fewer at the 35B's
+	// dims). On the H200 (fourteenth session, bench/gpu/results/session14-h200,
+	// 35b dims, 8 layers) decode ran 1,448 tok/s with no fusion, 1,426
+	// with qknorm+rope+kv, 1,411 with those and norm+route, 1,312 with
+	// those and gnorm, and 1,200 with all (32,768 logits; at 248,320:
+	// 1,250, 1,220, 1,144, 1,145, 1,013): within the spread for these
+	// three, so none was the default. On H100s in the twenty-first session
+	// (bench/gpu/results/session21-h100) qknorm+rope+kv won every one of
+	// eight interleaved rounds, +0.8% and +1.8% over none on two machines,
+	// and with two layers a graph (record.go) +3.5%. In norm, route, gnorm
+	// and sigmul every group of a wide product forms the whole norm (or
+	// gate) of its input again; a launch boundary inside a graph costs
+	// about 0.74 us there (BenchmarkPersistentPhasesGPU), less than what
+	// such a fused kernel's longer critical path gives back. Every fusion
+	// gives the unfused launches' bits (TestNormFuseGPU,
+	// TestNormFuseModelsGPU).
+	fuseDefault = fuseQKNorm | fuseRoPE | fuseKV
 )
 
 var fuseNames = []struct {

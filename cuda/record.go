@@ -67,23 +67,30 @@ const (
 const graphsEnv = "QPACK_CUDA_GRAPHS"
 
 // flushLayersEnv groups layers into one submission: the Layer's queue is
-// submitted at every n-th Flush instead of every one (n = 1, the default),
-// so that n layers replay as one graph. Between two graphs the GPU idles a
-// few microseconds (the thirteenth session's timeline: 14-18% of a
-// resident decode step's GPU time between queues); a longer queue
-// leaves the GPU fewer of those gaps but starts later. Anything that reads
-// a result or orders another stream against the queue still submits it
-// first, so the grouping never changes what runs, only when it is
-// submitted. A benchmark switch: "step" never submits at Flush (a decode
-// step becomes one queue, submitted when its logits are read). Measured
-// on the H200 (fourteenth session): the GPU idles only 1.35 µs between
-// two layers' graphs; two layers a graph was even, one graph a step
-// slower (1,268 against 1,426 tok/s: the host no longer queues a layer
-// while the GPU runs the one before), so the default stays 1.
+// submitted at every n-th Flush instead of every one (n =
+// flushEveryDefault unless set), so that n layers replay as one graph.
+// Between two graphs the GPU idles a few microseconds (the twenty-first
+// session's timeline, H100: 3.9 µs before each DeltaNet layer's graph,
+// 7.6 before each attention layer's); a longer queue leaves the GPU fewer
+// of those gaps but starts later. Anything that reads a result or orders
+// another stream against the queue still submits it first, so the
+// grouping never changes what runs, only when it is submitted
+// (TestGraphsGPU passes with 2). "step" never submits at Flush (a decode
+// step becomes one queue, submitted when its logits are read): slower
+// (1,268 against 1,426 tok/s on the H200, fourteenth session: the host no
+// longer queues a layer while the GPU runs the one before).
 const flushLayersEnv = "QPACK_CUDA_FLUSH_LAYERS"
 
+// flushEveryDefault is two layers a graph: on the H200 in the fourteenth
+// session even with one, on H100s in the twenty-first (resident decode,
+// 35b dims, bench/gpu/results/session21-h100) 1,706 against 1,670 tok/s
+// over three interleaved rounds and 1,700 against 1,666 over two more
+// (+2.1%), and with the qknorm, rope and kv fusions 1,724 (+3.5%); four
+// layers a graph 1,697.
+const flushEveryDefault = 2
+
 // flushEveryFor parses flushLayersEnv: a positive count of layers, or
-// "step"; anything else is the default, 1.
+// "step"; anything else is flushEveryDefault.
 func flushEveryFor(v string) int {
 	if v == "step" {
 		return math.MaxInt
@@ -91,7 +98,7 @@ func flushEveryFor(v string) int {
 	if n, err := strconv.Atoi(v); err == nil && n > 0 {
 		return n
 	}
-	return 1
+	return flushEveryDefault
 }
 
 type opKind uint8
