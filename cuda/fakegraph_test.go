@@ -490,3 +490,46 @@ func TestFlushEveryFor(t *testing.T) {
 		}
 	}
 }
+
+// A second conversation over the positions of the first (a state reset):
+// the queues whose identity moves with the position (gemma4's layer 0
+// after the early start's split begins with its RoPE) replay a graph of
+// their shape with the positions set, instead of capturing a graph for
+// each step they come back at (identPasses); every step still the CPU's
+// bits.
+func TestRecorderPositionsAgainFake(t *testing.T) {
+	for _, name := range []string{"gemma4-q4g32", "qwen3_5_moe-q8g64"} {
+		t.Run(name, func(t *testing.T) {
+			b, _ := graphBackend(t)
+			ref, m := loadBoth(t, name, b)
+			rs, st := ref.NewState(), m.NewState()
+			routeEveryExpert(t, ref, rs)
+			routeEveryExpert(t, m, st)
+			p0 := st.Pos()
+			var first int64
+			for round := range 2 {
+				c0 := b.Stats().GraphCaptures
+				for i := range 24 {
+					stepBoth(t, fmt.Sprintf("%s round %d step %d", name, round, i), m, st, ref, rs, []int{(7*i + 3) % m.Config.Vocab})
+				}
+				caps := b.Stats().GraphCaptures - c0
+				t.Logf("round %d: %d captures over 24 steps", round, caps)
+				if round == 0 {
+					first = caps
+				} else if caps > 2 {
+					t.Errorf("the positions again: %d captures over 24 steps (the first time: %d)", caps, first)
+				}
+				// Back to the prompt's end, as a new conversation with the
+				// same prompt would be.
+				for _, s := range []*runtime.State{rs, st} {
+					s.Reset()
+				}
+				routeEveryExpert(t, ref, rs)
+				routeEveryExpert(t, m, st)
+				if st.Pos() != p0 || rs.Pos() != p0 {
+					t.Fatalf("after the reset: positions %d and %d, want %d", st.Pos(), rs.Pos(), p0)
+				}
+			}
+		})
+	}
+}

@@ -43,7 +43,7 @@ func BenchmarkLayerHostFake(bb *testing.B) {
 			}
 			r0 := b.stats.RoutedLayers
 			g.sets = map[string]int{}
-			l0 := b.stats.Launches
+			l0, c0 := b.stats.Launches, b.stats.GraphCaptures
 			bb.ResetTimer()
 			for i := range bb.N {
 				step(i)
@@ -60,6 +60,7 @@ func BenchmarkLayerHostFake(bb *testing.B) {
 			bb.Logf("kernel parameters set on replay: %v", g.sets)
 			n := float64(b.stats.Launches-l0) / float64(bb.N)
 			bb.ReportMetric(n, "kernels/token")
+			bb.ReportMetric(float64(b.stats.GraphCaptures-c0)/float64(bb.N), "captures/token")
 			bb.ReportMetric(float64(bb.Elapsed().Nanoseconds())/float64(bb.N)/1e3, "µs/token")
 			bb.ReportMetric(float64(bb.Elapsed().Nanoseconds())/float64(bb.N)/n/1e3, "µs/kernel")
 		})

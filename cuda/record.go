@@ -38,8 +38,8 @@ import (
 // profile). So a graph also has an identity, the shape's hash and the
 // first launch's parameters (a layer's first op reads its own weights: its
 // norm), and a queue replays the graph of its identity when there is one,
-// captures one when its identity was seen before (a decode step's layer,
-// the second step on), and otherwise replays a graph of its shape with
+// captures one when its identity was seen in one of the last identPasses
+// passes (a decode step's layer, the second step on), and otherwise replays a graph of its shape with
 // the parameters set (the one of the fewest differences) or goes op by op
 // as above. A decode step's layer then sets only what moves with the
 // position (RoPE's, attention's).
@@ -63,6 +63,18 @@ const (
 	maxGraphs = 256 // a graph per layer (Layer.Flush submits each) and the head
 	maxSeen   = 1024
 )
+
+// identPasses: a queue whose identity comes back within this many passes
+// (syncAll: a Layer's EndPass) gets a graph of its own. A decode step's
+// layers come back every pass. An identity that moves with the position
+// (a queue whose first launch is a RoPE, after the early start's split:
+// gemma4's layer 0) comes back only when the positions do, in another
+// conversation hundreds of passes later: capturing it then would make a
+// graph for one replay, and a state reset every 512 steps made 0.41
+// captures a token of BenchmarkLayerHostFake on the tiny gemma4 (on the
+// GPU a capture and an instantiation each); a replay of a graph of its
+// shape sets the few nodes that differ instead.
+const identPasses = 4
 
 const graphsEnv = "QPACK_CUDA_GRAPHS"
 
@@ -165,9 +177,10 @@ type recorder struct {
 
 	ops    []recOp
 	params []byte
-	seen   map[uint64]bool // shapes of queues submitted op by op
-	idents map[uint64]bool // identities (identHash) of queues without a graph of their own
-	graphs []*recGraph     // most recently used first
+	seen   map[uint64]bool   // shapes of queues submitted op by op
+	idents map[uint64]uint64 // identities (identHash) of queues without a graph of their own: the pass last seen
+	passes uint64            // syncAll calls that returned nil
+	graphs []*recGraph       // most recently used first
 	stats  *Stats
 	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
 	// early: submit the queue as soon as it holds earlyOps ops when the
@@ -208,7 +221,7 @@ func withRecorder(dev device, stats *Stats) device {
 		return dev
 	}
 	early := os.Getenv(earlyEnv)
-	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]bool{},
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]uint64{},
 		early: early != "0", oneByOne: early == "op"}
 }
 
@@ -251,7 +264,13 @@ func (r *recorder) eventSync(e event) error {
 }
 func (r *recorder) freeEvent(e event) error { return r.then(func() error { return r.d.freeEvent(e) }) }
 func (r *recorder) sync() error             { return r.drained(r.waited(r.then(r.d.sync))) }
-func (r *recorder) syncAll() error          { return r.drained(r.waited(r.then(r.d.syncAll))) }
+func (r *recorder) syncAll() error {
+	err := r.drained(r.waited(r.then(r.d.syncAll)))
+	if err == nil {
+		r.passes++
+	}
+	return err
+}
 
 // drained notes that the compute stream has run everything submitted
 // (after a sync that returned nil), for the early start; err passes on.
@@ -377,7 +396,7 @@ func (r *recorder) flushAs(graphs bool) error {
 		g := r.find(h, id, ops, params)
 		own := g != nil && g.ident == id
 		switch {
-		case !own && (r.idents[id] || g == nil && r.seen[h]):
+		case !own && (r.recent(id) || g == nil && r.seen[h]):
 			err := submit(true, func() error { return r.capture(h, id, ops, params) })
 			if err == nil {
 				delete(r.seen, h)
@@ -387,7 +406,7 @@ func (r *recorder) flushAs(graphs bool) error {
 			r.off("capturing a graph", err)
 		case g != nil: // its own graph, or one of its shape (parameters set)
 			if !own {
-				remember(r.idents, id)
+				remember(r.idents, id, r.passes)
 			}
 			err := submit(true, func() error { return r.replay(g, ops, params) })
 			if err == nil {
@@ -395,19 +414,26 @@ func (r *recorder) flushAs(graphs bool) error {
 			}
 			r.off("replaying a graph", err)
 		default:
-			remember(r.idents, id)
-			remember(r.seen, h)
+			remember(r.idents, id, r.passes)
+			remember(r.seen, h, true)
 		}
 	}
 	return submit(false, func() error { return r.issue(ops, params) })
 }
 
-// remember adds k to a set of at most maxSeen keys (emptied when full).
-func remember(set map[uint64]bool, k uint64) {
+// remember sets k to v in a map of at most maxSeen keys (emptied when full).
+func remember[V any](set map[uint64]V, k uint64, v V) {
 	if len(set) >= maxSeen {
 		clear(set)
 	}
-	set[k] = true
+	set[k] = v
+}
+
+// recent reports whether identity id was seen in one of the last
+// identPasses passes.
+func (r *recorder) recent(id uint64) bool {
+	p, ok := r.idents[id]
+	return ok && r.passes-p <= identPasses
 }
 
 // shapeHash hashes what replays compares, a word at a time (a multiply
