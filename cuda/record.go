@@ -39,9 +39,9 @@ import (
 // first launch's parameters (a layer's first op reads its own weights: its
 // norm), and a queue replays the graph of its identity when there is one,
 // captures one when its identity was seen in one of the last identPasses
-// passes (a decode step's layer, the second step on), and otherwise replays a graph of its shape with
-// the parameters set (the one of the fewest differences) or goes op by op
-// as above. A decode step's layer then sets only what moves with the
+// passes (a decode step's layer, the second step on), and otherwise
+// replays a graph of its shape with the parameters set (the one of the
+// fewest differences) or goes op by op as above. A decode step's layer then sets only what moves with the
 // position (RoPE's, attention's).
 //
 // Staged values (the token's embedding, index lists, a KV row list) are
