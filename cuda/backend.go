@@ -66,7 +66,7 @@ type Backend struct {
 	mappedUploads bool
 	// selectMapped: the selection's results written into mapped staging
 	// memory and read in place (QPACK_CUDA_SELECT_MAPPED=1,
-	// layer_select.go: A/B runs; tests cover both).
+	// layer_select.go: measured even, off; tests cover both).
 	selectMapped bool
 	// fuse is the set of decode fusions the Layer makes
 	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).

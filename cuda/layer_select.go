@@ -108,9 +108,11 @@ func (l *Layer) SelectsTop(n, k int) bool {
 
 // selectMappedEnv set to 1 has the select kernels write their results into
 // the mapped staging memory, which the host reads in place after its wait,
-// instead of device memory and a download (an A/B switch until measured on
-// the device: a copy less on the step's critical path, against select_list's
-// groups reading the threshold over the bus).
+// instead of device memory and a download: a copy less on the step's
+// critical path, against select_list's groups reading the threshold over
+// the bus. Measured even (H100, twenty-first session: 1,592 against 1,600
+// tok/s resident, bench/gpu/results/session21-h100), so an A/B switch,
+// off.
 const selectMappedEnv = "QPACK_CUDA_SELECT_MAPPED"
 
 // selectMinEnv overrides selectMinDefault (a count of logits; 0: always).

@@ -9,7 +9,8 @@
 #   DIMS="35b 80b" VOCABS="32768" ROUNDS=3 TOKENS=256 sh bench/gpu/ab.sh
 # writes $OUT/ab/children.txt: one line a run, "NAME-DIMS-VOCAB-ROUND" and
 # the step's JSON result (tok_per_sec, the CUDA counters), and ab/*.err
-# (each run's stderr). Every run is under `timeout`.
+# (each run's stderr), and prints each run's tag, tok/s and launches a
+# token. Every run is under `timeout`.
 set -u
 B=${B:-.devcarry-benchgpu}
 OUT=${OUT:-/tmp/bench-gpu-out}
@@ -54,5 +55,6 @@ for d in $DIMS; do
 		rm -rf "$m"
 	done
 done
-cut -c1-160 "$log/children.txt"
+# One line a run: its tag, tok/s and launches a token.
+sed 's/{.*"tok_per_sec":\([0-9.]*\).*"launches_per_token":\([0-9.]*\).*/ tps=\1 launches=\2/' "$log/children.txt"
 exit $status

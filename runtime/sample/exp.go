@@ -25,27 +25,29 @@ func expWeights(buf []float64, sc []float64, cands []int, maxv float64) []float6
 	w = w[:n]
 	workers := min(runtime.GOMAXPROCS(0), n/(parallelExpMin/4))
 	if n < parallelExpMin || workers < 2 {
-		// A decode step's few candidates: no closure, which the
-		// goroutines below would make escape (two allocations a draw).
-		for j, i := range cands {
-			w[j] = math.Exp(sc[i] - maxv)
-		}
+		// A decode step's few candidates: on this goroutine (the slices
+		// passed to a function, not captured by a closure that the
+		// goroutines below would make escape: no allocation a draw).
+		fillExp(w, sc, cands, maxv)
 		return w
-	}
-	fill := func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			w[j] = math.Exp(sc[cands[j]] - maxv)
-		}
 	}
 	var wg sync.WaitGroup
 	per := (n + workers - 1) / workers
 	for lo := 0; lo < n; lo += per {
+		hi := min(n, lo+per)
 		wg.Add(1)
-		go func(lo, hi int) {
+		go func(w []float64, cands []int) {
 			defer wg.Done()
-			fill(lo, hi)
-		}(lo, min(n, lo+per))
+			fillExp(w, sc, cands, maxv)
+		}(w[lo:hi], cands[lo:hi])
 	}
 	wg.Wait()
 	return w
+}
+
+// fillExp sets w[j] = exp(sc[cands[j]] - maxv) for every j < len(cands).
+func fillExp(w, sc []float64, cands []int, maxv float64) {
+	for j, i := range cands {
+		w[j] = math.Exp(sc[i] - maxv)
+	}
 }

@@ -40,9 +40,7 @@ ab)
 	cat $W/times.txt
 	grep -h "host's path from the first wait to the submission of \"memset" $W/tl.err | sort -u | cut -c1-900
 	grep -h "queues,.*gap before each" $W/tl.err | sort -u | head -12 | cut -c1-200
-	for f in $W/ab/children.txt $W/ab80/ab/children.txt; do
-		sed 's/{.*"tok_per_sec":\([0-9.]*\).*"launches_per_token":\([0-9.]*\).*/ tps=\1 launches=\2/' $f
-	done
+	grep -h " tps=" $W/ab.txt $W/ab80.txt # ab.sh's summary lines
 	;;
 conf)
 	OUT=$O/conf TOOLS=memcheck PARTS="env conformance" timeout 560 bash testdata/cuda/device.sh
