@@ -1,0 +1,38 @@
+#!/bin/bash
+# The twenty-second session's kernel change on the device: the shared
+# expert's gate/up beside the router's top-k (moe_route_shared_*, on by
+# default in this build; QPACK_CUDA_SHARED_APART=0 the combined gate/up of
+# k+1 slots as before). Built by
+#   bash bench/gpu/scripts/session15-build.sh
+# on the working tree (cuda.test, gpu-new; cuda-base.test and gpu-base from
+# HEAD); carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu.
+#   PART=ab   (~330 s) BenchmarkDecodeKernels of both builds (the route,
+#             gate/up and route-shared lines), then resident decode A/B,
+#             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
+#             new, apart0 (the same binary, QPACK_CUDA_SHARED_APART=0),
+#             base (HEAD).
+#   then, when new wins: PART=rec LIMIT=560 bash bench/gpu/scripts/session15-route.sh
+#   (the recording of this tree's kernels).
+set -u
+O=$OUT
+T0=$(date +%s)
+el() { echo $(($(date +%s) - T0)); }
+W=/tmp/s22a
+mkdir -p $W
+for f in cuda cuda-base; do [ -f .devcarry-cuda/$f.test ] || gunzip -k .devcarry-cuda/$f.test.gz; done
+case ${PART:-ab} in
+ab)
+	for f in cuda-base cuda; do
+		(cd cuda && timeout 70 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
+	done
+	echo "kernels done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/s22a.tgz .
+	grep -h "copy:\|route_topk\|moe_gateup\|moe_route_shared" $W/kernels-*.txt | cut -c1-260
+	OUT=$W VARIANTS="new:gpu-new apart0:gpu-new:QPACK_CUDA_SHARED_APART=0 base:gpu-base" \
+		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((590 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
+	echo "ab done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/s22a.tgz .
+	cat $W/times.txt
+	grep -h " tps=" $W/ab.txt
+	;;
+esac
