@@ -11,8 +11,11 @@
 #             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
 #             new, apart0 (the same binary, QPACK_CUDA_SHARED_APART=0),
 #             base (HEAD).
-#   then, when new wins: PART=rec LIMIT=560 bash bench/gpu/scripts/session15-route.sh
-#   (the recording of this tree's kernels).
+#   PART=both (one call, ~500 s) ab with this build's kernels only and
+#             2 rounds (until 200 s), then rec (RECS=330 s more at most).
+#   PART=rec  (~300 s) the recording of this tree's kernels, as
+#             session15-route.sh's PART=rec without its kernel timings:
+#             conformance, the four sanitizers, the CLI, into $OUT/rec.tgz.
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -20,19 +23,41 @@ el() { echo $(($(date +%s) - T0)); }
 W=/tmp/s22a
 mkdir -p $W
 for f in cuda cuda-base; do [ -f .devcarry-cuda/$f.test ] || gunzip -k .devcarry-cuda/$f.test.gz; done
-case ${PART:-ab} in
-ab)
-	for f in cuda-base cuda; do
+ab() {
+	for f in ${KBUILDS:-cuda-base cuda}; do
 		(cd cuda && timeout 70 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/s22a.tgz .
 	grep -h "copy:\|route_topk\|moe_gateup\|moe_route_shared" $W/kernels-*.txt | cut -c1-260
-	OUT=$W VARIANTS="new:gpu-new apart0:gpu-new:QPACK_CUDA_SHARED_APART=0 base:gpu-base" \
-		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((590 - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
+	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new apart0:gpu-new:QPACK_CUDA_SHARED_APART=0 base:gpu-base"} \
+		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((${ABEND:-590} - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
 	tar -C $W -czf $O/s22a.tgz .
 	cat $W/times.txt
 	grep -h " tps=" $W/ab.txt
-	;;
+}
+rec() {
+	L=${LIMIT:-570}
+	mkdir -p $W/rec/cli
+	OUT=$W/rec PARTS="env conformance" TOOLS="" timeout 250 bash testdata/cuda/device.sh >$W/rec/dev.txt 2>&1
+	echo "conformance done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/rec.tgz rec times.txt
+	if grep -q '^--- FAIL' $W/rec/conformance.log; then
+		grep -h -A8 '^--- FAIL' $W/rec/conformance.log | head -40
+		return 1
+	fi
+	OUT=$W/rec PARTS="" timeout $((L - 60 - $(el))) bash testdata/cuda/device.sh >>$W/rec/dev.txt 2>&1
+	echo "sanitizers done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/rec.tgz rec times.txt
+	OUT=$W/rec/cli timeout $((L - 5 - $(el))) bash .devcarry-backendcli/device.sh >$W/rec/cli.txt 2>&1
+	echo "cli done at $(el) s" >>$W/times.txt
+	tar -C $W -czf $O/rec.tgz rec times.txt
+	cat $W/times.txt
+	tail -n 2 $W/rec/*.log $W/rec/cli/*.log
+}
+case ${PART:-ab} in
+ab) ab ;;
+rec) rec ;;
+both) KBUILDS=cuda ROUNDS=2 ABEND=200 ab; LIMIT=$(($(el) + ${RECS:-350})) rec ;;
 esac
