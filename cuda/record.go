@@ -41,8 +41,8 @@ import (
 // captures one when its identity was seen in one of the last identPasses
 // passes (a decode step's layer, the second step on), and otherwise
 // replays a graph of its shape with the parameters set (the one of the
-// fewest differences) or goes op by op as above. A decode step's layer then sets only what moves with the
-// position (RoPE's, attention's).
+// fewest differences) or goes op by op as above. A decode step's layer
+// then sets only what moves with the position (RoPE's, attention's).
 //
 // Staged values (the token's embedding, index lists, a KV row list) are
 // read by a graph's copy nodes from the same pinned staging addresses when

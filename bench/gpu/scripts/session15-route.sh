@@ -26,7 +26,8 @@
 #   .devcarry-benchgpu/gpu-new.gz, gpu-base.gz   go build -ldflags=-s ./bench/gpu, with and without
 # run: PART=rec LIMIT=560 bash bench/gpu/scripts/session15-route.sh, then PART=ab
 # (PART=kernels: the working tree's BenchmarkDecodeKernels alone, for host
-# changes that need no recording)
+# changes that need no recording; PART=rec SKIPK=1: the recording without
+# the kernel timings before it)
 #   carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu
 # For another kernel change (the fifteenth session's second: the router's
 # rounds in integer reductions), PART=ab takes VARIANTS (ab.sh's list;
@@ -53,7 +54,7 @@ kernels)
 	grep -h "${KGREP:-attention}" $W/kernels-cuda.txt
 	;;
 rec)
-	for f in cuda-base cuda; do
+	[ -n "${SKIPK:-}" ] || for f in cuda-base cuda; do
 		(cd cuda && timeout 60 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt

@@ -12,10 +12,10 @@
 #             new, apart0 (the same binary, QPACK_CUDA_SHARED_APART=0),
 #             base (HEAD).
 #   PART=both (one call, ~500 s) ab with this build's kernels only and
-#             2 rounds (until 200 s), then rec (RECS=330 s more at most).
-#   PART=rec  (~300 s) the recording of this tree's kernels, as
-#             session15-route.sh's PART=rec without its kernel timings:
-#             conformance, the four sanitizers, the CLI, into $OUT/rec.tgz.
+#             2 rounds (until 200 s), then rec (RECS=350 s at most).
+#   PART=rec  (~300 s) the recording of this tree's kernels:
+#             session15-route.sh's PART=rec without its kernel timings
+#             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -38,26 +38,12 @@ ab() {
 	grep -h " tps=" $W/ab.txt
 }
 rec() {
-	L=${LIMIT:-570}
-	mkdir -p $W/rec/cli
-	OUT=$W/rec PARTS="env conformance" TOOLS="" timeout 250 bash testdata/cuda/device.sh >$W/rec/dev.txt 2>&1
-	echo "conformance done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/rec.tgz rec times.txt
-	if grep -q '^--- FAIL' $W/rec/conformance.log; then
-		grep -h -A8 '^--- FAIL' $W/rec/conformance.log | head -40
-		return 1
-	fi
-	OUT=$W/rec PARTS="" timeout $((L - 60 - $(el))) bash testdata/cuda/device.sh >>$W/rec/dev.txt 2>&1
-	echo "sanitizers done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/rec.tgz rec times.txt
-	OUT=$W/rec/cli timeout $((L - 5 - $(el))) bash .devcarry-backendcli/device.sh >$W/rec/cli.txt 2>&1
-	echo "cli done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/rec.tgz rec times.txt
-	cat $W/times.txt
-	tail -n 2 $W/rec/*.log $W/rec/cli/*.log
+	# session15-route.sh's recording, without its kernel timings; its
+	# LIMIT counts from its own start.
+	PART=rec SKIPK=1 LIMIT=${LIMIT:-570} bash bench/gpu/scripts/session15-route.sh
 }
 case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
-both) KBUILDS=cuda ROUNDS=2 ABEND=200 ab; LIMIT=$(($(el) + ${RECS:-350})) rec ;;
+both) KBUILDS=cuda ROUNDS=2 ABEND=200 ab; LIMIT=${RECS:-350} rec ;;
 esac
