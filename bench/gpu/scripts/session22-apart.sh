@@ -13,6 +13,8 @@
 #             base (HEAD).
 #   PART=both (one call, ~500 s) ab with this build's kernels only and
 #             2 rounds (until 200 s), then rec (RECS=350 s at most).
+#   PART=recab (one call) rec first (RECS=345 s at most), then ab with
+#             this build's kernels only until ABEND (585 s from the start).
 #   PART=rec  (~300 s) the recording of this tree's kernels:
 #             session15-route.sh's PART=rec without its kernel timings
 #             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
@@ -20,7 +22,7 @@ set -u
 O=$OUT
 T0=$(date +%s)
 el() { echo $(($(date +%s) - T0)); }
-W=/tmp/s22a
+W=$OUT/s22a # under $OUT: what a run cut short leaves comes back
 mkdir -p $W
 for f in cuda cuda-base; do [ -f .devcarry-cuda/$f.test ] || gunzip -k .devcarry-cuda/$f.test.gz; done
 ab() {
@@ -28,12 +30,10 @@ ab() {
 		(cd cuda && timeout 70 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/s22a.tgz .
 	grep -h "copy:\|route_topk\|moe_gateup\|moe_route_shared" $W/kernels-*.txt | cut -c1-260
 	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new apart0:gpu-new:QPACK_CUDA_SHARED_APART=0 base:gpu-base"} \
 		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((${ABEND:-590} - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
-	tar -C $W -czf $O/s22a.tgz .
 	cat $W/times.txt
 	grep -h " tps=" $W/ab.txt
 }
@@ -45,5 +45,6 @@ rec() {
 case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
-both) KBUILDS=cuda ROUNDS=2 ABEND=200 ab; LIMIT=${RECS:-350} rec ;;
+both) KBUILDS=cuda ROUNDS=2 ABEND=${ABEND:-200} ab; LIMIT=${RECS:-350} rec ;;
+recab) LIMIT=${RECS:-345} rec; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
 esac
