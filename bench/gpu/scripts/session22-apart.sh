@@ -1,16 +1,16 @@
 #!/bin/bash
-# The twenty-second session's kernel change on the device: the shared
-# expert's gate/up beside the router's top-k (moe_route_shared_*, on by
-# default in this build; QPACK_CUDA_SHARED_APART=0 the combined gate/up of
-# k+1 slots as before). Built by
+# A pending kernel change on the device (cuda/pending/): its recording and
+# a resident decode A/B of its switches in one call. Written for the
+# twenty-second session's shared gate/up beside the router's top-k
+# (dropped in the twenty-third, whose cuda/pending/pfnext.patch it now
+# measures: VARIANTS names the switches). Built by
 #   bash bench/gpu/scripts/session15-build.sh
 # on the working tree (cuda.test, gpu-new; cuda-base.test and gpu-base from
 # HEAD); carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu.
 #   PART=ab   (~330 s) BenchmarkDecodeKernels of both builds (the route,
 #             gate/up and route-shared lines), then resident decode A/B,
 #             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
-#             new, apart0 (the same binary, QPACK_CUDA_SHARED_APART=0),
-#             base (HEAD).
+#             VARIANTS (ab.sh's; default new and base, HEAD's build).
 #   PART=both (one call, ~500 s) ab with this build's kernels only and
 #             2 rounds (until 200 s), then rec (RECS=350 s at most).
 #   PART=recab (one call) rec first (RECS=345 s at most), then ab with
@@ -30,8 +30,8 @@ ab() {
 		(cd cuda && timeout 70 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt
-	grep -h "copy:\|route_topk\|moe_gateup\|moe_route_shared" $W/kernels-*.txt | cut -c1-260
-	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new apart0:gpu-new:QPACK_CUDA_SHARED_APART=0 base:gpu-base"} \
+	grep -h "copy:\|route_topk\|moe_\|gemv_q4 " $W/kernels-*.txt | cut -c1-260
+	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base"} \
 		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((${ABEND:-590} - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
 	cat $W/times.txt
