@@ -7,12 +7,10 @@
 #   bash bench/gpu/scripts/session15-build.sh
 # on the working tree (cuda.test, gpu-new; cuda-base.test and gpu-base from
 # HEAD); carry .devcarry-cuda .devcarry-backendcli .devcarry-benchgpu.
-#   PART=ab   (~330 s) BenchmarkDecodeKernels of both builds (the route,
-#             gate/up and route-shared lines), then resident decode A/B,
+#   PART=ab   (~330 s) BenchmarkDecodeKernels of both builds (the copy,
+#             route, moe and gemv_q4 lines), then resident decode A/B,
 #             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
 #             VARIANTS (ab.sh's; default new and base, HEAD's build).
-#   PART=both (one call, ~500 s) ab with this build's kernels only and
-#             2 rounds (until 200 s), then rec (RECS=350 s at most).
 #   PART=recab (one call) rec first (RECS=345 s at most), then ab with
 #             this build's kernels only until ABEND (585 s from the start).
 #   PART=rec  (~300 s) the recording of this tree's kernels:
@@ -45,6 +43,5 @@ rec() {
 case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
-both) KBUILDS=cuda ROUNDS=2 ABEND=${ABEND:-200} ab; LIMIT=${RECS:-350} rec ;;
 recab) LIMIT=${RECS:-345} rec; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
 esac
