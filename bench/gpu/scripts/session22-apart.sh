@@ -13,6 +13,10 @@
 #             VARIANTS (ab.sh's; default new and base, HEAD's build).
 #   PART=recab (one call) rec first (RECS=345 s at most), then ab with
 #             this build's kernels only until ABEND (585 s from the start).
+#   PART=quick (~220 s, for a session left too little device time for the
+#             recording): the pending change's GPU tests once (GPUTESTS; no
+#             sanitizers, so not a recording), then ab with this build's
+#             kernels only until ABEND (220 s from the start).
 #   PART=rec  (~300 s) the recording of this tree's kernels:
 #             session15-route.sh's PART=rec without its kernel timings
 #             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
@@ -28,12 +32,19 @@ ab() {
 		(cd cuda && timeout 70 ../.devcarry-cuda/$f.test -test.run '^$' -test.bench DecodeKernels -test.benchtime 1x -test.v >$W/kernels-$f.txt 2>&1)
 	done
 	echo "kernels done at $(el) s" >>$W/times.txt
-	grep -h "copy:\|route_topk\|moe_\|gemv_q4 " $W/kernels-*.txt | cut -c1-260
+	grep -h "copy:\|route_topk\|moe_\|gemv_q4 \|select" $W/kernels-*.txt | cut -c1-260
 	OUT=$W VARIANTS=${VARIANTS:-"new:gpu-new base:gpu-base"} \
 		DIMS=35b VOCABS=32768 ROUNDS=${ROUNDS:-3} TOKENS=1024 timeout $((${ABEND:-590} - $(el))) sh bench/gpu/ab.sh >$W/ab.txt 2>&1
 	echo "ab done at $(el) s" >>$W/times.txt
 	cat $W/times.txt
 	grep -h " tps=" $W/ab.txt
+}
+gputests() {
+	(cd cuda && timeout 60 ../.devcarry-cuda/cuda.test -test.v -test.count=1 \
+		-test.run "${GPUTESTS:-^Test(SelectOneGPU|PrefetchNextGPU|SelectMappedGPU)\$}" >$W/tests.txt 2>&1
+	echo "exit status $?" >>$W/tests.txt)
+	echo "tests done at $(el) s" >>$W/times.txt
+	grep -h "^--- \|^ok\|FAIL\|exit status" $W/tests.txt
 }
 rec() {
 	# session15-route.sh's recording, without its kernel timings; its
@@ -44,4 +55,5 @@ case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
 recab) LIMIT=${RECS:-345} rec; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
+quick) gputests; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-220} ab ;;
 esac
