@@ -11,8 +11,10 @@
 #             route, moe and gemv_q4 lines), then resident decode A/B,
 #             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
 #             VARIANTS (ab.sh's; default new and base, HEAD's build).
-#   PART=recab (one call) rec first (RECS=345 s at most), then ab with
-#             this build's kernels only until ABEND (585 s from the start).
+#   PART=recab (one call) the recording first (REC=prec, at most RECS=250
+#             s, or REC=rec, RECS=345: the parts one after another, as
+#             timed in earlier sessions), then ab with this build's kernels
+#             only until ABEND (585 s from the start).
 #   PART=quick (~220 s, for a session left too little device time for the
 #             recording): the pending change's GPU tests once (GPUTESTS; no
 #             sanitizers, so not a recording), then ab with this build's
@@ -20,6 +22,12 @@
 #   PART=rec  (~300 s) the recording of this tree's kernels:
 #             session15-route.sh's PART=rec without its kernel timings
 #             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
+#   PART=prec (~150-250 s, twenty-sixth session, not yet timed on a GPU) the
+#             same recording with its six parts at once on the one GPU
+#             (conformance, each sanitizer, the CLI: separate processes,
+#             each under its own time limit; LIMIT, default 250 s, counts
+#             from the start), rec.tgz remade every 15 s so that a run cut
+#             short still brings back what finished.
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -51,9 +59,35 @@ rec() {
 	# LIMIT counts from its own start.
 	PART=rec SKIPK=1 LIMIT=${LIMIT:-570} bash bench/gpu/scripts/session15-route.sh
 }
+prec() {
+	local L=${LIMIT:-250} R=/tmp/s15 pids=""
+	mkdir -p $R/rec/cli
+	gunzip -k .devcarry-backendcli/qpack.gz .devcarry-backendcli/cmd.test.gz 2>/dev/null
+	job() { # name, then the command: under the time left, its end in times.txt
+		local n=$1
+		shift
+		(timeout $((L - 5 - $(el))) "$@" >$R/rec/dev-$n.txt 2>&1
+			echo "$n done at $(el) s (exit $?)" >>$R/times.txt) &
+		pids="$pids $!"
+	}
+	job conformance env OUT=$R/rec PARTS="env conformance" TOOLS="" bash testdata/cuda/device.sh
+	for tool in racecheck memcheck synccheck initcheck; do
+		job $tool env OUT=$R/rec PARTS="" TOOLS=$tool bash testdata/cuda/device.sh
+	done
+	job cli env OUT=$R/rec/cli bash .devcarry-backendcli/device.sh
+	while kill -0 $pids 2>/dev/null; do # while any runs
+		sleep 15
+		tar -C $R -czf $O/rec.tgz rec times.txt 2>/dev/null
+	done
+	wait
+	tar -C $R -czf $O/rec.tgz rec times.txt
+	cat $R/times.txt
+	tail -n 2 $R/rec/*.log $R/rec/cli/*.log
+}
 case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
-recab) LIMIT=${RECS:-345} rec; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
+prec) prec ;;
+recab) LIMIT=${RECS:-250} ${REC:-prec}; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
 quick) gputests; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-220} ab ;;
 esac
