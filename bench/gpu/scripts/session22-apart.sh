@@ -22,7 +22,7 @@
 #   PART=rec  (~300 s) the recording of this tree's kernels:
 #             session15-route.sh's PART=rec without its kernel timings
 #             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
-#   PART=prec (~150-250 s, twenty-sixth session, not yet timed on a GPU) the
+#   PART=prec (~120-250 s, twenty-sixth session, not yet timed on a GPU) the
 #             same recording with its six parts at once on the one GPU
 #             (conformance, each sanitizer, the CLI: separate processes,
 #             each under its own time limit; LIMIT, default 250 s, counts
@@ -67,7 +67,8 @@ prec() {
 		local n=$1
 		shift
 		(timeout $((L - 5 - $(el))) "$@" >$R/rec/dev-$n.txt 2>&1
-			echo "$n done at $(el) s (exit $?)" >>$R/times.txt) &
+			rc=$? # before $(el), which would replace it
+			echo "$n done at $(el) s (exit $rc)" >>$R/times.txt) &
 		pids="$pids $!"
 	}
 	job conformance env OUT=$R/rec PARTS="env conformance" TOOLS="" bash testdata/cuda/device.sh
