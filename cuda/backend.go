@@ -68,6 +68,13 @@ type Backend struct {
 	// memory and read in place (QPACK_CUDA_SELECT_MAPPED=1,
 	// layer_select.go: measured even, off; tests cover both).
 	selectMapped bool
+	// selectOne: the selection in one launch (select_top,
+	// QPACK_CUDA_SELECT=one, select_top.go) instead of three.
+	selectOne bool
+	// pfNext: which MoE launch prefetches the next product into the L2
+	// (QPACK_CUDA_PF_NEXT=gateup|down|off, layer_pfnext.go: gateup by
+	// default, +3.4% measured; tests cover each).
+	pfNext int
 	// fuse is the set of decode fusions the Layer makes
 	// (layer_normfuse.go; QPACK_CUDA_FUSE: A/B runs; tests cover each).
 	fuse fuseSet
@@ -170,7 +177,9 @@ func newBackend(dev device) (*Backend, error) {
 		fuse:        fuse,
 		stagedReads: os.Getenv(directReadEnv) == "0", dnCols: dnColsFor(os.Getenv(dnColsEnv)),
 		selectMin: selectMinFor(os.Getenv(selectMinEnv)), flushEvery: flushEveryFor(os.Getenv(flushLayersEnv)),
-		mappedUploads: os.Getenv(mappedUploadsEnv) != "0", selectMapped: os.Getenv(selectMappedEnv) == "1"}
+		mappedUploads: os.Getenv(mappedUploadsEnv) != "0", selectMapped: os.Getenv(selectMappedEnv) == "1",
+		selectOne: selectOneFor(os.Getenv(selectEnv)),
+		pfNext:    pfNextFor(os.Getenv(pfNextEnv))}
 	b.dev = dev
 	if b.prof != nil {
 		b.dev = &profiledCopies{device: dev, p: b.prof}

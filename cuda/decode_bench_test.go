@@ -243,6 +243,16 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 			return b.kSelectTop(out, logits, part, n, k, limit)
 		}, 0}
 	}
+	// selectOneCase: the same selection in one launch (select_top).
+	selectOneCase := func(n, k int) kcase {
+		logits := upload(bb, b, benchInput(r, n))
+		G, limit := gpukernels.SelectChunks(n), k+gpukernels.SelSlack
+		out := upload(bb, b, make([]byte, 4*selectTopWords(G, limit)))
+		done := upload(bb, b, make([]byte, 4))
+		return kcase{fmt.Sprintf("select_top [%d] k %d (1 kernel)", n, k), 4 * n, func(int) error {
+			return b.kSelectTopOne(out, logits, done, n, k, limit)
+		}, 0}
+	}
 	const hidden = 2048
 	x := upload(bb, b, make([]byte, 4*hidden))
 	res := upload(bb, b, make([]byte, 4*hidden))
@@ -297,6 +307,8 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		mergeCase(64),
 		selectCase(32768, 64),
 		selectCase(248320, 64),
+		selectOneCase(32768, 64),
+		selectOneCase(248320, 64),
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)

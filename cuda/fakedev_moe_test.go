@@ -26,6 +26,19 @@ func (f *fakeDev) moeKernel(k string, grid [3]uint32, p []byte) {
 	rows, cols, group, st, bits, kk, E, act, layer := u(0), u(1), u(2), mlxq.Float(u(3)), u(4), u(5), u(6), u(7), u(8)
 	table, selp, wtsp, scalep, xp, yp, faultp, gatep, sharedp := ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7), ptr(8)
 	gateup := strings.HasPrefix(k, "moe_gateup")
+	if next := ptr(14); next != 0 {
+		// The ranges to prefetch (qp_moe_prefetch_next): each inside an
+		// allocation, as the GPU's prefetches would need to be useful.
+		w := f.at(next, 48)
+		for r := range 3 {
+			a, n := binary.LittleEndian.Uint64(w[16*r:]), binary.LittleEndian.Uint64(w[16*r+8:])
+			if n > 0 {
+				f.at(a, int(n))
+			}
+		}
+		f.prefetchRanges++
+		f.pfFirst = binary.LittleEndian.Uint64(w)
+	}
 	slotsPer := kk // a token's slots
 	if sharedp != 0 {
 		slotsPer++

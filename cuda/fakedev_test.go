@@ -32,6 +32,12 @@ type fakeDev struct {
 	next     devptr
 	fail     error
 	launches []string
+	// prefetchRanges: MoE launches with ranges to prefetch (next set);
+	// pfFirst the last one's first address, which the next gemv launch's
+	// first matrix is to start at (pfHits counts those that do, pfMisses
+	// those that do not).
+	prefetchRanges, pfHits, pfMisses int
+	pfFirst                          devptr
 	// qknormed: a deltanet_qknorm ran since the last deltanet_conv.
 	qknormed bool
 	grids    [][3]uint32
@@ -56,6 +62,11 @@ type fakeDev struct {
 	// host's own cost, BenchmarkLayerHostFake).
 	noKernels bool
 	dnOut     devptr // the y of a deltanet_rec_cols whose deltanet_out is due (0: none)
+	// reuse: memAlloc hands a freed address of the same size out again
+	// (as the driver does), so that queues of later passes can have the
+	// shapes of earlier ones.
+	reuse bool
+	freed map[int64][]devptr
 }
 
 func newFake(t testing.TB) *fakeDev {
@@ -153,6 +164,13 @@ func (f *fakeDev) memAlloc(n int) (devptr, error) {
 		return 0, &Error{Call: "cuMemAlloc_v2", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
 	}
 	f.inUse += int64(n)
+	if ps := f.freed[int64(n)]; f.reuse && len(ps) > 0 {
+		p := ps[len(ps)-1]
+		f.freed[int64(n)] = ps[:len(ps)-1]
+		f.sizes[p] = int64(n)
+		f.dev[p] = make([]byte, n)
+		return p, nil
+	}
 	f.sizes[f.next] = int64(n)
 	p := f.next
 	f.dev[p] = make([]byte, n)
@@ -165,6 +183,12 @@ func (f *fakeDev) memFree(p devptr) error {
 		return fmt.Errorf("memFree of %#x", p)
 	}
 	f.inUse -= f.sizes[p]
+	if f.reuse {
+		if f.freed == nil {
+			f.freed = map[int64][]devptr{}
+		}
+		f.freed[f.sizes[p]] = append(f.freed[f.sizes[p]], p)
+	}
 	delete(f.sizes, p)
 	delete(f.dev, p)
 	return nil
@@ -254,6 +278,15 @@ func (f *fakeDev) launch(fn uintptr, grid, block [3]uint32, p []byte) error {
 	}
 	u64 := func(i int) devptr { return binary.LittleEndian.Uint64(p[8*i:]) }
 	u32 := func(off int) int { return int(binary.LittleEndian.Uint32(p[off:])) }
+	if f.pfFirst != 0 && strings.HasPrefix(k, "gemv_") {
+		// Every gemv block starts with its (first) matrix's packed weights.
+		if u64(0) == f.pfFirst {
+			f.pfHits++
+		} else {
+			f.pfMisses++
+		}
+		f.pfFirst = 0
+	}
 	switch k {
 	case "gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense":
 		rows, cols, group, st, bits := u32(40), u32(44), u32(48), mlxq.Float(u32(52)), u32(56)
@@ -496,7 +529,7 @@ func (f *fakeDev) gemmGroupOnCPU(k string, grid [3]uint32, p []byte) {
 var layerKernelPtrs = map[string]int{"rms_norm_rows": 3, "rope": 2, "rms_norm_rope": 3, "attention": 7, "attention_tile": 7, "attention_gqa": 7, "attention_merge": 2, "deltanet_conv": 4, "deltanet_qknorm": 1,
 	"deltanet_rec": 9, "deltanet_rec_reg": 9, "deltanet_rec_cols": 9, "deltanet_out": 9, "add_rms_norm_rows": 4, "scale": 1, "softcap": 1, "glu": 3, "add": 3, "sigmoid_mul": 2, "add_gated": 3,
 	"combine": 3, "gather": 3, "gather_rows": 3, "scatter_rows": 3, "scatter_rows2": 5, "route_topk": 3,
-	"select_chunk": 2, "select_merge": 2, "select_list": 5}
+	"select_chunk": 2, "select_merge": 2, "select_list": 5, "select_top": 7}
 
 // layerKernel emulates a whole-layer kernel: it decodes the parameter block
 // as layer_kernels.go lays it out (device addresses, then 32-bit fields)
@@ -711,7 +744,7 @@ func (f *fakeDev) layerKernel(k string, grid [3]uint32, p []byte) {
 			}
 		}
 		copy(view(ptr(2), nt*kk), r.Wts)
-	case "select_chunk", "select_merge", "select_list":
+	case "select_chunk", "select_merge", "select_list", "select_top":
 		f.selectKernel(k, int(grid[0]), ptr, u, view)
 	}
 }
@@ -746,6 +779,53 @@ func (f *fakeDev) selectKernel(k string, G int, ptr func(int) devptr, u func(int
 		m, kk := u(0), u(1)
 		top := desc(append([]float32(nil), view(ptr(0), m)...))
 		view(ptr(1), 1)[0] = top[kk-1]
+	case "select_top":
+		// Each chunk's k-th largest key T_g, its ids above T_g then at T_g
+		// (as far as limit), the counts, and the k-th largest of the
+		// chunks' first k listed values (27_select.cu).
+		n, kk, limit := u(0), u(1), u(2)
+		x := view(ptr(0), n)
+		i32 := func(p devptr, m int) []int32 { return unsafe.Slice((*int32)(unsafe.Pointer(&f.at(p, 4*m)[0])), m) }
+		cnt, above, ids, vals := i32(ptr(2), G), i32(ptr(3), G), i32(ptr(4), G*limit), view(ptr(5), G*limit)
+		var part []float32
+		for g := range G {
+			chunk := x[g*gpukernels.SelChunk : min(n, (g+1)*gpukernels.SelChunk)]
+			keys := make([]uint32, gpukernels.SelChunk) // 0 past n
+			for i, v := range chunk {
+				keys[i] = selKey(v)
+			}
+			sorted := slices.Clone(keys)
+			slices.Sort(sorted)
+			T := sorted[len(sorted)-kk]
+			a, e := 0, 0
+			for i, key := range keys[:len(chunk)] {
+				if key > T {
+					ids[g*limit+a], vals[g*limit+a] = int32(g*gpukernels.SelChunk+i), chunk[i]
+					a++
+				}
+			}
+			for i, key := range keys[:len(chunk)] {
+				if key == T && T != 0 {
+					if a+e < limit {
+						ids[g*limit+a+e], vals[g*limit+a+e] = int32(g*gpukernels.SelChunk+i), chunk[i]
+					}
+					e++
+				}
+			}
+			cnt[g], above[g] = int32(a+e), int32(a)
+			for r := range kk {
+				v := float32(math.Inf(-1))
+				if r < min(a+e, limit) {
+					v = vals[g*limit+r]
+				}
+				part = append(part, v)
+			}
+		}
+		th := desc(part)[kk-1]
+		if th == 0 {
+			th = 0 // -0 as +0, as the kernel's keys take it
+		}
+		view(ptr(1), 1)[0] = th
 	case "select_list":
 		n, limit := u(0), u(1)
 		x, th := view(ptr(0), n), view(ptr(1), 1)[0]

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/qpack-go/qpack/runtime"
+	"github.com/qpack-go/qpack/runtime/nn"
 	"github.com/qpack-go/qpack/runtime/nn/devicetest"
 )
 
@@ -28,6 +31,10 @@ type graphFake struct {
 	fail    map[string]error
 	runs    int            // graph launches
 	sets    map[string]int // setKernelParams calls by kernel, when not nil
+	// stale: executables with a copy or memset node whose memory was freed
+	// since (the driver's rule: launching one crashed the process on the
+	// GPU, record.go's memFree); launching one fails the test.
+	stale map[uintptr]string
 }
 
 type fakeNode struct {
@@ -37,7 +44,44 @@ type fakeNode struct {
 }
 
 func newGraphFake(t testing.TB) *graphFake {
-	return &graphFake{fakeDev: newFake(t), graphs: map[uintptr][]fakeNode{}, execs: map[uintptr][]fakeNode{}, next: 1, fail: map[string]error{}}
+	f := newFake(t)
+	f.reuse = true // as the driver does, so that a freed address comes back in a later queue's shape
+	return &graphFake{fakeDev: f, graphs: map[uintptr][]fakeNode{}, execs: map[uintptr][]fakeNode{}, next: 1, fail: map[string]error{},
+		stale: map[uintptr]string{}}
+}
+
+// memFree and hostFree mark the executables whose copy or memset nodes
+// reach the memory freed.
+func (g *graphFake) memFree(p devptr) error {
+	n := g.sizes[p]
+	g.markStale(func(nd *fakeNode) bool {
+		in := func(q devptr) bool { return q < p+devptr(n) && p < q+devptr(nd.op.n) }
+		return nd.op.kind != opLaunch && (in(nd.op.dst) || nd.op.kind == opDtoD && in(nd.op.src))
+	}, fmt.Sprintf("device memory %#x", p))
+	return g.fakeDev.memFree(p)
+}
+
+func (g *graphFake) hostFree(b []byte) error {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	g.markStale(func(nd *fakeNode) bool {
+		if nd.op.kind != opHtoD || len(nd.host) == 0 {
+			return false
+		}
+		h := uintptr(unsafe.Pointer(&nd.host[0]))
+		return h < lo+uintptr(len(b)) && lo < h+uintptr(len(nd.host))
+	}, fmt.Sprintf("pinned memory %#x", lo))
+	return g.fakeDev.hostFree(b)
+}
+
+func (g *graphFake) markStale(reaches func(*fakeNode) bool, what string) {
+	for id, nodes := range g.execs {
+		for i := range nodes {
+			if reaches(&nodes[i]) {
+				g.stale[id] = what
+				break
+			}
+		}
+	}
 }
 
 var _ graphDevice = (*graphFake)(nil)
@@ -147,6 +191,9 @@ func (g *graphFake) graphLaunch(exec uintptr) error {
 	if !ok {
 		g.t.Fatalf("launch of exec %d, not there", exec)
 	}
+	if what, ok := g.stale[exec]; ok {
+		g.t.Fatalf("launch of exec %d, whose copy or memset node reaches %s, freed since", exec, what)
+	}
 	g.runs++
 	for _, n := range nodes {
 		var err error
@@ -201,6 +248,7 @@ func (g *graphFake) destroyExec(exec uintptr) error {
 		return fmt.Errorf("destroy of exec %d, not there", exec)
 	}
 	delete(g.execs, exec)
+	delete(g.stale, exec)
 	return nil
 }
 
@@ -532,4 +580,54 @@ func TestRecorderPositionsAgainFake(t *testing.T) {
 			}
 		})
 	}
+}
+
+// graphsAfterFree repeats a queue whose copy and memset nodes write a
+// vector that is freed after each pass and allocated again (the driver,
+// like the fake, hands the same address back, so the queue's shape comes
+// back too): its graph must be destroyed with the memory, never replayed
+// (on the GPU a replay crashed the process inside cuGraphLaunch, twenty-
+// seventh session). Each round's selection is checked.
+func graphsAfterFree(t *testing.T, b *Backend) {
+	l := b.Layer()
+	r := rand.New(rand.NewPCG(5, 6))
+	const n, k = 40000, 200 // above mappedWriteMax: an htod, not a kernel's read of staging
+	s0 := b.Stats()
+	for round := range 6 {
+		x := devicetest.SelectLogits(r, n, round%devicetest.SelectKinds)
+		xt, err := l.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Write(xt, x)
+		var sel nn.TopLogits
+		ok, err := l.SelectTop(&sel, xt, n, k)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		checkSelection(t, fmt.Sprintf("round %d", round), &sel, ok, x, k)
+		if err := l.EndPass(); err != nil {
+			t.Fatal(err)
+		}
+		l.Free(xt)
+	}
+	if s := b.Stats(); s.GraphLaunches == s0.GraphLaunches {
+		t.Error("no graph launched")
+	}
+}
+
+func TestGraphsAfterFreeFake(t *testing.T) {
+	b, g := graphBackend(t)
+	graphsAfterFree(t, b)
+	if len(g.stale) != 0 {
+		t.Errorf("%d executables left whose memory was freed", len(g.stale))
+	}
+}
+
+func TestGraphsAfterFreeGPU(t *testing.T) {
+	b := openOrSkip(t)
+	if _, ok := b.dev.(*recorder); !ok {
+		t.Fatal("no recorder on the GPU backend")
+	}
+	graphsAfterFree(t, b)
 }

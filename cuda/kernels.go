@@ -83,6 +83,8 @@ var kernelNames = []string{"gemv_q4", "gemv_q8", "gemv_qn", "gemv_dense", "gemv_
 	// routed experts on the device (kernels/22_moe.cu, launched by layer_moe.go)
 	"moe_gateup_q4", "moe_gateup_q8", "moe_gateup_qn", "moe_gateup_dense",
 	"moe_down_q4", "moe_down_q8", "moe_down_qn", "moe_down_dense",
+	// the selection in one launch (kernels/27_select.cu, select_top.go)
+	"select_top",
 	// the batched products (kernels/25_gemm.cu, launched by gemm.go)
 	"gemm_q4", "gemm_q8", "gemm_bf16", "gemm_f16", "gemm_f32", "gemm_q4_h", "gemm_q8_h", "gemm_bf16_h", "gemm_base", "gemm_fma",
 	// a chunk's routed experts as grouped products (launched by layer_group.go)

@@ -53,6 +53,10 @@ type Layer struct {
 	faultArmed bool
 	shared     map[*devMat]*sharedExpert // shared experts' tables, by their gate matrix
 	consts     devptr                    // zeros and ones for them (moeConsts)
+	// pfWant: the table whose tail the next MatMul fills (layer_pfnext.go;
+	// set and cleared under the lock, peeked at without it by MatMul, whose
+	// calls come in the pass's order after RouteExperts', one pass at a time).
+	pfWant *expertTable
 	// pend is a deferred one-row AddRMSNorm, pset a fused launch held
 	// back, normDone the fused kernels' group counter (layer_normfuse.go).
 	pend     pendingNorm

@@ -91,6 +91,9 @@ func (l *Layer) MatMuls(x nn.Tensor, n int, ps []nn.Product) {
 	if n <= 0 || len(ps) == 0 {
 		return
 	}
+	if l.pfWant != nil {
+		l.learnNext(ps[0].W)
+	}
 	rest := ps
 	if n <= maxGridY {
 		var restBuf [matMulBatch]nn.Product

@@ -37,7 +37,7 @@ import (
 const routedMaxTokens = 8
 
 // sizeMoE is the size of MoEParams (kernels/22_moe.cu).
-const sizeMoE = 112
+const sizeMoE = 120
 
 // tableKey names a layer of a model's experts.
 type tableKey struct {
@@ -56,6 +56,7 @@ type expertTable struct {
 	// slots are the experts' cache slots, valid while version is the
 	// cache's (a change of the set of slots rebuilds the table).
 	slots []*expertSlot
+	pfSet bool // its tail holds the ranges learned (layer_pfnext.go)
 }
 
 // touchEvery is how often (uses of a table) each of its slots is marked
@@ -182,12 +183,13 @@ func (l *Layer) RouteExperts(s nn.RoutedSpec) bool {
 	}
 	up := mp
 	up.x, up.y, up.m, up.act, up.gate = xp, h, gate, int(s.Act), 0
+	dn := mp
+	dn.x, dn.y, dn.m, dn.scale = h, op, down, sp
+	l.prefetchNext(tab, T, &up, &dn)
 	if err := l.b.kMoE(tab.kernels[0], up, T*slots); err != nil {
 		l.fail("RouteExperts", err)
 		return true
 	}
-	dn := mp
-	dn.x, dn.y, dn.m, dn.scale = h, op, down, sp
 	if err := l.b.kMoE(tab.kernels[1], dn, T); err != nil {
 		l.fail("RouteExperts", err)
 		return true
@@ -243,8 +245,10 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 		tab.uses = (tab.uses + 1) % touchEvery
 		return tab, true
 	}
-	// Build: every expert present, all of one shape the kernels take.
-	words := make([]byte, 8*9*E)
+	// Build: every expert present, all of one shape the kernels take;
+	// then a tail of three ranges to prefetch, zero until learned
+	// (layer_pfnext.go).
+	words := make([]byte, 8*9*E+pfTailBytes)
 	slots := make([]*expertSlot, E)
 	var shape [3]mlxq.Matrix
 	var kernels [2]string
@@ -304,6 +308,7 @@ func (l *Layer) expertTable(src nn.ExpertSource, layer, E int) (*expertTable, bo
 		c.touch(slot)
 	}
 	tab.version, tab.shape, tab.kernels, tab.uses, tab.slots = c.version, shape, kernels, 0, slots
+	tab.pfSet = false
 	return tab, true
 }
 
@@ -368,6 +373,7 @@ type moeParams struct {
 	table, sel, wts, scale, x, y, fault, gate, shared devptr
 	m                                                 mlxq.Matrix // the product's matrix shape (rows, cols, quantization)
 	k, E, act, layer                                  int
+	next                                              devptr // 0, or the ranges to prefetch (layer_pfnext.go)
 }
 
 // slots is the slots a token has: k, and the shared expert's.
@@ -397,7 +403,7 @@ func (b *Backend) kMoE(kernel string, p moeParams, n int) error {
 func (p moeParams) block(dst params, split int) params {
 	m := p.m
 	return dst[:0].ptr(p.table).ptr(p.sel).ptr(p.wts).ptr(p.scale).ptr(p.x).ptr(p.y).ptr(p.fault).ptr(p.gate).ptr(p.shared).
-		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(split)
+		u32(m.Rows).u32(m.Cols).u32(m.GroupSize).u32(int(m.Type)).u32(m.Bits).u32(p.k).u32(p.E).u32(p.act).u32(p.layer).u32(split).ptr(p.next)
 }
 
 // sharedSlotEnv set to 0 turns sharedSlot off.

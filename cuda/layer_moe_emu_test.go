@@ -35,10 +35,14 @@ func (m *moeImage) put(b []byte) uint64 {
 func (m *moeImage) floats(off uint64, n int) []float32 { return f32s(m.mem[off : off+uint64(4*n)]) }
 
 // runMoEEmu runs kernel over (gx, gy) groups with p (pointers as offsets
-// into img, ^0 for none) and returns the memory after the run.
+// into img, ^0 for none; next 0 is none too) and returns the memory after
+// the run.
 func runMoEEmu(t *testing.T, bin, kernel string, gy int, split splitFunc, p moeParams, img *moeImage) *moeImage {
 	t.Helper()
 	gx, sp := moeGrid(kernel, p.m, gy, split)
+	if p.next == 0 {
+		p.next = ^uint64(0) // offset 0 is the image's first bytes
+	}
 	q := p.block(nil, sp)
 	var in bytes.Buffer
 	in.Write(q)
@@ -197,6 +201,22 @@ func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 			if c.bits == 4 || c.bits == 8 {
 				halves[moeDownHalf(dn.m)] = true
 			}
+			// The same two launches with ranges to prefetch
+			// (MoEParams.next; the emulator's prefetch does nothing):
+			// the loops over them end and change no bit.
+			hb := append([]float32(nil), img.floats(h, T*k*c.I)...)
+			ob := append([]float32(nil), img.floats(out, T*c.H)...)
+			rng := make([]byte, pfTailBytes)
+			for r := range 3 {
+				binary.LittleEndian.PutUint64(rng[16*r+8:], uint64(len(img.mem)>>r))
+			}
+			up2, dn2 := up, dn
+			up2.next = img.put(rng)
+			dn2.next = up2.next
+			img = runMoEEmu(t, bin, ks[0], T*k, split, up2, img)
+			img = runMoEEmu(t, bin, ks[1], T, split, dn2, img)
+			sameBits(t, name+": gate/up with ranges to prefetch", img.floats(h, T*k*c.I), hb)
+			sameBits(t, name+": down with ranges to prefetch", img.floats(out, T*c.H), ob)
 		}
 
 		if f := binary.LittleEndian.Uint32(img.mem[p.fault:]); f != layer+1 {

@@ -81,6 +81,9 @@ func (l *Layer) hostOp(op string, ts []nn.Tensor, nout int, fn func(h []nn.Tenso
 // resident (no device copy: a weight a Binding could not upload) is copied
 // into the pass's arena first.
 func (l *Layer) MatMul(w nn.Mat, y, x nn.Tensor, n int) {
+	if l.pfWant != nil {
+		l.learnNext(w)
+	}
 	if n <= 0 || l.matMulFused(w, y, x, n) {
 		return
 	}

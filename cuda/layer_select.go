@@ -36,12 +36,21 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 	}
 	G, limit := gpukernels.SelectChunks(n), k+gpukernels.SelSlack
 	xp := addr(x, n)
-	part, err := l.scratch(4 * int64(G*k))
+	words := 1 + G + 2*G*limit
+	var part, done devptr
+	var err error
+	if l.b.selectOne {
+		// select_top's group counter: a word of the arena, zero at the
+		// pass's start (Temps are) and again after the launch.
+		words = selectTopWords(G, limit)
+		done, err = l.scratch(4)
+	} else {
+		part, err = l.scratch(4 * int64(G*k))
+	}
 	if err != nil {
 		l.fail("SelectTop", err)
 		return false, l.err
 	}
-	words := 1 + G + 2*G*limit
 	// The results in device memory and one download, or (selectMapped) in
 	// the mapped staging memory the kernels write over the bus, read in
 	// place after the wait: no copy on the step's critical path.
@@ -56,7 +65,12 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 		l.fail("SelectTop", err)
 		return false, l.err
 	}
-	if !l.kernel("SelectTop", l.b.kSelectTop(out, xp, part, n, k, limit)) || l.err != nil {
+	if l.b.selectOne {
+		err = l.b.kSelectTopOne(out, xp, done, n, k, limit)
+	} else {
+		err = l.b.kSelectTop(out, xp, part, n, k, limit)
+	}
+	if !l.kernel("SelectTop", err) || l.err != nil {
 		return false, l.err
 	}
 	var buf []int32
@@ -64,7 +78,7 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 		if !l.wait("SelectTop") {
 			return false, l.err
 		}
-		buf = unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(mapped))), words)
+		buf = int32sAt(mapped, words)
 	} else {
 		if cap(l.selBuf) < words {
 			l.selBuf = make([]int32, words)
@@ -75,7 +89,11 @@ func (l *Layer) SelectTop(c *nn.TopLogits, x nn.Tensor, n, k int) (bool, error) 
 			return false, l.err
 		}
 	}
-	ok, err = parseSelection(c, buf, n, k, G, limit)
+	if l.b.selectOne {
+		ok, err = parseSelectTop(c, buf, n, k, G, limit)
+	} else {
+		ok, err = parseSelection(c, buf, n, k, G, limit)
+	}
 	if err != nil {
 		l.fail("SelectTop", err)
 		return false, l.err

@@ -59,9 +59,10 @@ func TestPDLWanted(t *testing.T) {
 // touches memory a kernel writes or reads. The shared bodies get it from
 // QP_ENTRY's wrapper; a QP_KERNEL calls it first, or delegates to a helper
 // whose only work before it is prefetching weights, or calls a prefetch
-// helper (qp_moe_prefetch_*: prefetches only, and reads of the expert
-// table and of sel, the choice of two kernels back: kernels/22_moe.cu says
-// why that is complete) and then it.
+// helper or several (qp_moe_prefetch_*: prefetches only, and reads of the
+// expert table, of the next ranges (weights' addresses, written by copies)
+// and of sel, the choice of two kernels back: kernels/22_moe.cu says why
+// that is complete) and then it.
 func TestKernelsWaitForTheKernelBefore(t *testing.T) {
 	src := Source()
 	entry := src[strings.Index(src, "#define QP_ENTRY(name, P)"):]
@@ -79,17 +80,17 @@ func TestKernelsWaitForTheKernelBefore(t *testing.T) {
 		if strings.HasPrefix(body, "qp_grid_begin();") {
 			continue
 		}
-		if m := regexp.MustCompile(`^(qp_moe_prefetch_\w+)<\w+>\(p\);\s*qp_grid_begin\(\);`).FindStringSubmatch(body); m != nil {
-			i := strings.Index(src, "QP_DEVICE void "+m[1]+"(")
-			if i < 0 {
-				t.Errorf("prefetch helper %s not found", m[1])
-				continue
-			}
-			h := src[i:]
-			h = h[:strings.Index(h, "\n}\n")]
-			for _, touch := range []string{"qp_load", "qp_rows", "p.x", "p.y", "p.wts", "p.gate", "p.scale", "p.fault", "*p.", "y[", "x["} {
-				if strings.Contains(h, touch) {
-					t.Errorf("%s reads or writes memory (%s) before qp_grid_begin()", m[1], touch)
+		if m := regexp.MustCompile(`^((?:qp_moe_prefetch_\w+(?:<\w+>)?\(p(?:, [\w()]+)?\);\s*)+)qp_grid_begin\(\);`).FindStringSubmatch(body); m != nil {
+			for _, call := range regexp.MustCompile(`qp_moe_prefetch_\w+`).FindAllString(m[1], -1) {
+				h, ok := deviceFunc(src, call)
+				if !ok {
+					t.Errorf("prefetch helper %s not found", call)
+					continue
+				}
+				for _, touch := range []string{"qp_load", "qp_rows", "p.x", "p.y", "p.wts", "p.gate", "p.scale", "p.fault", "*p.", "y[", "x["} {
+					if strings.Contains(h, touch) {
+						t.Errorf("%s reads or writes memory (%s) before qp_grid_begin()", call, touch)
+					}
 				}
 			}
 			continue
@@ -102,13 +103,11 @@ func TestKernelsWaitForTheKernelBefore(t *testing.T) {
 		helpers[m[1]] = true
 	}
 	for h := range helpers {
-		i := strings.Index(src, "QP_DEVICE void "+h+"(")
-		if i < 0 {
+		body, ok := deviceFunc(src, h)
+		if !ok {
 			t.Errorf("helper %s not found", h)
 			continue
 		}
-		body := src[i:]
-		body = body[:strings.Index(body, "\n}\n")]
 		before, _, ok := strings.Cut(body, "qp_grid_begin();")
 		if !ok {
 			t.Errorf("%s never calls qp_grid_begin()", h)
@@ -123,4 +122,18 @@ func TestKernelsWaitForTheKernelBefore(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deviceFunc returns the source of the QP_DEVICE void function name in src,
+// from its declaration to its closing brace (a line of its own).
+func deviceFunc(src, name string) (string, bool) {
+	i := strings.Index(src, "QP_DEVICE void "+name+"(")
+	if i < 0 {
+		return "", false
+	}
+	body := src[i:]
+	if j := strings.Index(body, "\n}\n"); j >= 0 {
+		body = body[:j]
+	}
+	return body, true
 }

@@ -183,6 +183,9 @@ type recorder struct {
 	graphs []*recGraph       // most recently used first
 	stats  *Stats
 	tl     *timeline // QPACK_CUDA_PROFILE=graphs (timeline.go), or nil
+	// sizes holds the bytes of each device allocation made through the
+	// recorder, for memFree's dropReaching.
+	sizes map[devptr]int
 	// early: submit the queue as soon as it holds earlyOps ops when the
 	// compute stream has drained (idle: a sync since the last submission;
 	// QPACK_CUDA_EARLY=0 turns it off).
@@ -236,14 +239,86 @@ func (r *recorder) compile(src, name string) (string, string, error) {
 	return r.d.compile(src, name)
 }
 func (r *recorder) function(name string) (uintptr, error) { return r.d.function(name) }
-func (r *recorder) memAlloc(n int) (devptr, error)        { return r.d.memAlloc(n) }
-func (r *recorder) hostAlloc(n int) ([]byte, devptr, error) {
-	return r.d.hostAlloc(n)
+
+// A graph's copy and memset nodes must not outlive the memory they reach:
+// the driver resolves their addresses to its allocations when it captures
+// them, and a graph launched after that memory was freed crashed the
+// process inside cuGraphLaunch (SIGSEGV, H100, twenty-seventh session:
+// TestSelectOneGPU freed a vector, allocated one of its size, which the
+// driver placed at the same address, and replayed the graph whose copy
+// node wrote the old one), even though the queue's addresses, and so its
+// shape, were the same again. So a free first destroys the graphs with a
+// copy or memset node that reaches the memory freed (kernel nodes hold
+// plain addresses in their parameter bytes, which replays compare).
+func (r *recorder) memAlloc(n int) (devptr, error) {
+	p, err := r.d.memAlloc(n)
+	if err == nil {
+		if r.sizes == nil {
+			r.sizes = map[devptr]int{}
+		}
+		r.sizes[p] = n
+	}
+	return p, err
+}
+
+func (r *recorder) memFree(p devptr) error {
+	return r.then(func() error {
+		n, ok := r.sizes[p]
+		if !ok {
+			n = 1 // not allocated here: at least its first byte
+		}
+		delete(r.sizes, p)
+		r.dropReaching(uintptr(p), uintptr(p)+uintptr(n), false)
+		return r.d.memFree(p)
+	})
+}
+
+func (r *recorder) hostAlloc(n int) ([]byte, devptr, error) { return r.d.hostAlloc(n) }
+
+func (r *recorder) hostFree(b []byte) error {
+	return r.then(func() error {
+		if len(b) > 0 {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			r.dropReaching(lo, lo+uintptr(len(b)), true)
+		}
+		return r.d.hostFree(b)
+	})
+}
+
+// dropReaching destroys the graphs with a copy or memset node that reaches
+// [lo, hi): device memory, or with host the pinned memory an htod reads.
+func (r *recorder) dropReaching(lo, hi uintptr, host bool) {
+	keep := r.graphs[:0]
+	for _, g := range r.graphs {
+		if g.reaches(lo, hi, host) {
+			r.destroy(g)
+			continue
+		}
+		keep = append(keep, g)
+	}
+	clear(r.graphs[len(keep):])
+	r.graphs = keep
+}
+
+// reaches reports whether a copy or memset node of g reaches [lo, hi).
+func (g *recGraph) reaches(lo, hi uintptr, host bool) bool {
+	overlaps := func(p uintptr, n int) bool { return n > 0 && p < hi && lo < p+uintptr(n) }
+	for i := range g.ops {
+		op := &g.ops[i]
+		switch {
+		case op.kind == opLaunch:
+		case host:
+			if op.kind == opHtoD && len(op.host) > 0 && overlaps(uintptr(unsafe.Pointer(&op.host[0])), len(op.host)) {
+				return true
+			}
+		case overlaps(uintptr(op.dst), op.n), op.kind == opDtoD && overlaps(uintptr(op.src), op.n):
+			return true
+		}
+	}
+	return false
 }
 func (r *recorder) newEvent() (event, error)       { return r.d.newEvent() }
 func (r *recorder) memInfo() (int64, int64, error) { return r.d.memInfo() }
-func (r *recorder) memFree(p devptr) error         { return r.then(func() error { return r.d.memFree(p) }) }
-func (r *recorder) hostFree(b []byte) error        { return r.then(func() error { return r.d.hostFree(b) }) }
 func (r *recorder) dtoh(dst []byte, src devptr) error {
 	return r.then(func() error { return r.d.dtoh(dst, src) })
 }

@@ -26,12 +26,12 @@ func readRecording(t *testing.T, name string) string {
 // SAN): every kernel at least once.
 var sanitizedTests = []string{"TestMatMulConformance", "TestRMSNormConformance", "TestSwiGLUConformance",
 	"TestMatMulManyVectors", "TestAllocFree", "TestNoSuchDevice",
-	"TestDeviceConformanceGPU", "TestLayerTinyModelsGPU", "TestGemmEachKernel", "TestGemmBaselineKernel", "TestLayerGroupedExpertsGPU", "TestAttentionTileGPU", "TestNormFuseGPU"}
+	"TestDeviceConformanceGPU", "TestLayerTinyModelsGPU", "TestGemmEachKernel", "TestGemmBaselineKernel", "TestLayerGroupedExpertsGPU", "TestAttentionTileGPU", "TestNormFuseGPU", "TestPrefetchNextGPU", "TestSelectOneGPU"}
 
 // conformanceTests are the GPU tests of conformance.log: the sanitized ones,
 // the conformance suite's model half, and every gemm kernel at every shape.
 var conformanceTests = append(append([]string(nil), sanitizedTests...),
-	"TestModelsConformanceGPU", "TestGemmConformance", "TestGraphsGPU", "TestDeltaNetColsGPU", "TestNormFuseModelsGPU")
+	"TestModelsConformanceGPU", "TestGemmConformance", "TestGraphsGPU", "TestGraphsAfterFreeGPU", "TestDeltaNetColsGPU", "TestNormFuseModelsGPU")
 
 // checkPassed checks a go test -v log: every one of tests passed (none
 // skipped or failed), on a real device, compiling this tree's kernels.

@@ -18,7 +18,7 @@ func TestParamStructSizes(t *testing.T) {
 		"DNNorm": sizeDNNorm, "DNRec": sizeDNRec, "Unary": sizeUnary, "Binary": sizeBinary,
 		"SigmoidMulParams": sizeSigmoidMul, "AddGatedParams": sizeAddGated, "CombineParams": sizeCombine,
 		"GatherParams": sizeGather, "RowsParams": sizeRows, "RouteParams": sizeRoute, "MoEParams": sizeMoE,
-		"SelectChunkParams": sizeSelChunk, "SelectMergeParams": sizeSelMerge, "SelectListParams": sizeSelList,
+		"SelectChunkParams": sizeSelChunk, "SelectMergeParams": sizeSelMerge, "SelectListParams": sizeSelList, "SelectTopParams": sizeSelTop,
 		"QGemm": sizeQGemm, "QGemmGroup": sizeQGemmGroup, "QGemmTile": sizeQGemmTile} {
 		re := regexp.MustCompile(`static_assert\(sizeof\(` + name + `\) == (\d+)|QP_STATIC_ASSERT\(sizeof\(` + name + `\) == (\d+)`)
 		m := re.FindStringSubmatch(src)

@@ -69,8 +69,9 @@ struct MoEParams {
     uint act;   // QK_ACT_SILU or QK_ACT_GELU_TANH (gateup only)
     uint layer; // for the fault word
     uint split; // gateup, 4 and 8 bits: simdgroups that share a row quad's chunks (gemv_q's split); else 1
+    const ulong* next; // 0, or [6]: three (address, bytes) ranges to prefetch into the L2 (qp_moe_prefetch_next)
 };
-QP_STATIC_ASSERT(sizeof(MoEParams) == 112, "MoEParams layout");
+QP_STATIC_ASSERT(sizeof(MoEParams) == 120, "MoEParams layout");
 
 // BITS: 4 or 8 (QP_QROWS rows per simdgroup), QP_MOE_QN (any width from 2
 // to 8 bits, p.bits; one row) or QP_MOE_DENSE (float32/16, bfloat16 of
@@ -184,6 +185,30 @@ QP_DEVICE void qp_moe_prefetch_down(const MoEParams& p) {
                 qp_prefetch_q<BITS>((QP_GLOBAL const uchar*)m[6], (QP_GLOBAL const uchar*)m[7],
                                     (QP_GLOBAL const uchar*)m[8], p.rows, p.cols, p.group, p.stype, row0, RB);
             }
+        }
+    }
+}
+
+// Before qp_grid_begin(): with next set (the host's QPACK_CUDA_PF_NEXT,
+// cuda/layer_pfnext.go), the groups of the launch's first token prefetch
+// its three ranges into the L2, a line a thread in turn: the matrix the
+// pass multiplies after this layer (the next layer's first product), so
+// that it reads the L2 where it would read HBM, its bytes fetched while
+// this layer's MoE keeps the device busy with little traffic. The ranges
+// are device weights, written by copies before any kernel, never by a
+// kernel. ny: the launch's groups along y at one token (gateup: its
+// slots; down: 1).
+QP_DEVICE void qp_moe_prefetch_next(const MoEParams& p, uint ny) {
+    if (p.next == 0 || QP_GROUP_Y >= ny) {
+        return;
+    }
+    ulong tid = (ulong(QP_GROUP_Y) * (QP_GROUPS / ny) + QP_GROUP_X) * QP_TG + QP_TID;
+    ulong all = ulong(QP_GROUPS / ny) * ny * QP_TG;
+    for (uint r = 0; r < 3; r++) {
+        ulong a = p.next[2 * r] & ~ulong(127);
+        ulong end = p.next[2 * r] + p.next[2 * r + 1];
+        for (ulong l = a + tid * 128; l < end; l += all * 128) {
+            qp_prefetch_l2((const void*)l);
         }
     }
 }
@@ -354,26 +379,46 @@ QP_DEVICE void qp_moe_down(const MoEParams& p) {
 }
 
 QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q4(MoEParams p) {
+    qp_moe_prefetch_next(p, qp_moe_slots(p));
     qp_moe_prefetch_gateup<4>(p);
     qp_grid_begin();
     qp_moe_gateup<4>(p);
 }
 QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_gateup_q8(MoEParams p) {
+    qp_moe_prefetch_next(p, qp_moe_slots(p));
     qp_moe_prefetch_gateup<8>(p);
     qp_grid_begin();
     qp_moe_gateup<8>(p);
 }
-QP_KERNEL moe_gateup_qn(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_QN>(p); }
-QP_KERNEL moe_gateup_dense(MoEParams p) { qp_grid_begin(); qp_moe_gateup<QP_MOE_DENSE>(p); }
+QP_KERNEL moe_gateup_qn(MoEParams p) {
+    qp_moe_prefetch_next(p, qp_moe_slots(p));
+    qp_grid_begin();
+    qp_moe_gateup<QP_MOE_QN>(p);
+}
+QP_KERNEL moe_gateup_dense(MoEParams p) {
+    qp_moe_prefetch_next(p, qp_moe_slots(p));
+    qp_grid_begin();
+    qp_moe_gateup<QP_MOE_DENSE>(p);
+}
 QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q4(MoEParams p) {
+    qp_moe_prefetch_next(p, 1);
     qp_moe_prefetch_down<4>(p);
     qp_grid_begin();
     qp_moe_down<4>(p);
 }
 QP_KERNEL_BOUNDS(QP_MOE_MIN_GROUPS) moe_down_q8(MoEParams p) {
+    qp_moe_prefetch_next(p, 1);
     qp_moe_prefetch_down<8>(p);
     qp_grid_begin();
     qp_moe_down<8>(p);
 }
-QP_KERNEL moe_down_qn(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_QN>(p); }
-QP_KERNEL moe_down_dense(MoEParams p) { qp_grid_begin(); qp_moe_down<QP_MOE_DENSE>(p); }
+QP_KERNEL moe_down_qn(MoEParams p) {
+    qp_moe_prefetch_next(p, 1);
+    qp_grid_begin();
+    qp_moe_down<QP_MOE_QN>(p);
+}
+QP_KERNEL moe_down_dense(MoEParams p) {
+    qp_moe_prefetch_next(p, 1);
+    qp_grid_begin();
+    qp_moe_down<QP_MOE_DENSE>(p);
+}

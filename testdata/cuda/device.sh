@@ -26,7 +26,7 @@ has env && {
 	ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null
 	file "$T" 2>/dev/null
 } >"$OUT/env.log" 2>&1
-GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU|LayerGroupedExpertsGPU|AttentionTileGPU|DeltaNetColsGPU|NormFuseGPU|NormFuseModelsGPU|MappedUploadsGPU|SelectMappedGPU)$'
+GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU|LayerGroupedExpertsGPU|AttentionTileGPU|DeltaNetColsGPU|NormFuseGPU|NormFuseModelsGPU|MappedUploadsGPU|SelectMappedGPU|PrefetchNextGPU|SelectOneGPU|GraphsAfterFreeGPU)$'
 if has conformance; then
 	timeout 240 "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout 235s >"$OUT/conformance.log" 2>&1
 	echo "exit status $?" >>"$OUT/conformance.log"
@@ -35,14 +35,20 @@ fi
 # (every layer kernel), one tiny model per architecture through the layer
 # device, and each gemm kernel once (the large conformance shapes would take
 # minutes under the tools).
-SAN='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|DeviceConformanceGPU|LayerTinyModelsGPU|GemmEachKernel|GemmBaselineKernel|LayerGroupedExpertsGPU|AttentionTileGPU|NormFuseGPU|MappedUploadsGPU|SelectMappedGPU)$'
+SAN='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|DeviceConformanceGPU|LayerTinyModelsGPU|GemmEachKernel|GemmBaselineKernel|LayerGroupedExpertsGPU|AttentionTileGPU|NormFuseGPU|MappedUploadsGPU|SelectMappedGPU|PrefetchNextGPU|SelectOneGPU)$'
 # racecheck runs the tests about 4x slower than the others (it timed out at
-# 145 s on 2026-12-05 in the last test, TestLayerTinyModelsGPU).
+# 145 s on 2026-12-05 in the last test, TestLayerTinyModelsGPU). SANRUN
+# runs a part of SAN instead and SANTAG names its log ($tool$SANTAG.log):
+# bench/gpu/scripts/session22-apart.sh's PART=prec runs racecheck as three
+# such slices at once and joins their logs into racecheck.log (each a whole
+# sanitizer run, so the join passes recording_test.go's checks only if each
+# does). RACELIM is racecheck's time limit (300 s), SANLIM the others'
+# (150 s; eight sanitizer runs at once on one machine took longer).
 for tool in $TOOLS; do
-	lim=150
-	[ "$tool" = racecheck ] && lim=300
-	QPACK_CUDA_TINY_ONE=1 timeout $lim compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run "$SAN" -test.timeout $((lim - 5))s >"$OUT/$tool.log" 2>&1
-	echo "exit status $?" >>"$OUT/$tool.log"
+	lim=${SANLIM:-150}
+	[ "$tool" = racecheck ] && lim=${RACELIM:-300}
+	QPACK_CUDA_TINY_ONE=1 timeout $lim compute-sanitizer --tool $tool --error-exitcode 3 "$T" -test.v -test.count=1 -test.run "${SANRUN:-$SAN}" -test.timeout $((lim - 5))s >"$OUT/$tool${SANTAG:-}.log" 2>&1
+	echo "exit status $?" >>"$OUT/$tool${SANTAG:-}.log"
 done
 if has bandwidth; then
 	timeout 60 "$T" -test.v -test.run '^$' -test.bench MatVecBandwidth -test.benchtime 1x >"$OUT/bandwidth.log" 2>&1

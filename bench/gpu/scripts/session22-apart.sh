@@ -11,7 +11,7 @@
 #             route, moe and gemv_q4 lines), then resident decode A/B,
 #             35b dims, 8 layers, 32,768 logits, 1,024 tokens, 3 rounds:
 #             VARIANTS (ab.sh's; default new and base, HEAD's build).
-#   PART=recab (one call) the recording first (REC=prec, at most RECS=250
+#   PART=recab (one call) the recording first (REC=prec, at most RECS=420
 #             s, or REC=rec, RECS=345: the parts one after another, as
 #             timed in earlier sessions), then ab with this build's kernels
 #             only until ABEND (585 s from the start).
@@ -22,12 +22,16 @@
 #   PART=rec  (~300 s) the recording of this tree's kernels:
 #             session15-route.sh's PART=rec without its kernel timings
 #             (conformance, the four sanitizers, the CLI, into $OUT/rec.tgz).
-#   PART=prec (~120-250 s, twenty-sixth session, not yet timed on a GPU) the
-#             same recording with its six parts at once on the one GPU
-#             (conformance, each sanitizer, the CLI: separate processes,
-#             each under its own time limit; LIMIT, default 250 s, counts
-#             from the start), rec.tgz remade every 15 s so that a run cut
-#             short still brings back what finished.
+#   PART=prec (~300 s on an H100, twenty-seventh session) the same
+#             recording with its parts at once on the one GPU (conformance,
+#             racecheck as three slices whose logs are joined, memcheck,
+#             synccheck, initcheck, the CLI: separate processes, each
+#             under its own time limit; LIMIT, default 420 s, counts from
+#             the start; JOBS picks parts), rec.tgz remade every 15 s so
+#             that a run cut short still brings back what finished.
+#             Timed: racecheck's slices 129, 211 and 299 s, conformance
+#             180, the CLI 216; memcheck, synccheck and initcheck outran
+#             their 145 s among eight processes and took 41 s as three.
 set -u
 O=$OUT
 T0=$(date +%s)
@@ -60,7 +64,7 @@ rec() {
 	PART=rec SKIPK=1 LIMIT=${LIMIT:-570} bash bench/gpu/scripts/session15-route.sh
 }
 prec() {
-	local L=${LIMIT:-250} R=/tmp/s15 pids=""
+	local L=${LIMIT:-420} R=/tmp/s15 pids=""
 	mkdir -p $R/rec/cli
 	gunzip -k .devcarry-backendcli/qpack.gz .devcarry-backendcli/cmd.test.gz 2>/dev/null
 	job() { # name, then the command: under the time left, its end in times.txt
@@ -71,24 +75,42 @@ prec() {
 			echo "$n done at $(el) s (exit $rc)" >>$R/times.txt) &
 		pids="$pids $!"
 	}
-	job conformance env OUT=$R/rec PARTS="env conformance" TOOLS="" bash testdata/cuda/device.sh
-	for tool in racecheck memcheck synccheck initcheck; do
-		job $tool env OUT=$R/rec PARTS="" TOOLS=$tool bash testdata/cuda/device.sh
+	want() { case " ${JOBS:-conformance racecheck memcheck synccheck initcheck cli} " in *" $1 "*) return 0 ;; esac; return 1; }
+	want conformance && job conformance env OUT=$R/rec PARTS="env conformance" TOOLS="" bash testdata/cuda/device.sh
+	# racecheck in three slices at once (alone it outran 245 s of a 250 s
+	# limit in the twenty-seventh session, still in its 15th test of 17),
+	# their logs joined into racecheck.log when all three have ended.
+	local s1='^Test(AttentionTileGPU|MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|GemmEachKernel|GemmBaselineKernel|NormFuseGPU|SelectMappedGPU|SelectOneGPU)$'
+	local s2='^Test(DeviceConformanceGPU|LayerGroupedExpertsGPU)$'
+	local s3='^Test(LayerTinyModelsGPU|MappedUploadsGPU|PrefetchNextGPU)$'
+	local i=0 s
+	for s in "$s1" "$s2" "$s3"; do
+		i=$((i + 1))
+		want racecheck && job racecheck-$i env OUT=$R/rec PARTS="" TOOLS=racecheck SANRUN="$s" SANTAG=-$i RACELIM=$((L - 10)) bash testdata/cuda/device.sh
 	done
-	job cli env OUT=$R/rec/cli bash .devcarry-backendcli/device.sh
-	while kill -0 $pids 2>/dev/null; do # while any runs
+	for tool in memcheck synccheck initcheck; do
+		want $tool && job $tool env OUT=$R/rec PARTS="" TOOLS=$tool SANLIM=$((L - 10)) bash testdata/cuda/device.sh
+	done
+	want cli && job cli env OUT=$R/rec/cli bash .devcarry-backendcli/device.sh
+	running() { # whether any job still runs (kill -0 of them all fails once one has ended)
+		local p
+		for p in $pids; do kill -0 $p 2>/dev/null && return 0; done
+		return 1
+	}
+	while running; do
 		sleep 15
 		tar -C $R -czf $O/rec.tgz rec times.txt 2>/dev/null
 	done
 	wait
+	want racecheck && cat $R/rec/racecheck-1.log $R/rec/racecheck-2.log $R/rec/racecheck-3.log >$R/rec/racecheck.log
 	tar -C $R -czf $O/rec.tgz rec times.txt
 	cat $R/times.txt
-	tail -n 2 $R/rec/*.log $R/rec/cli/*.log
+	tail -n 2 $R/rec/*.log $R/rec/cli/*.log 2>/dev/null
 }
 case ${PART:-ab} in
 ab) ab ;;
 rec) rec ;;
 prec) prec ;;
-recab) LIMIT=${RECS:-250} ${REC:-prec}; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
+recab) LIMIT=${RECS:-420} ${REC:-prec}; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-585} ab ;;
 quick) gputests; KBUILDS=cuda ROUNDS=${ROUNDS:-2} ABEND=${ABEND:-220} ab ;;
 esac

@@ -41,10 +41,10 @@ int main(int argc, char** argv) {
     if (!f) {
         return 2;
     }
-    static_assert(sizeof(MoEParams) == 112, "MoEParams");
-    ulong raw[14];
+    static_assert(sizeof(MoEParams) == 120, "MoEParams");
+    ulong raw[15]; // MoEParams: pointers 0-8, 32-bit fields in 9-13, next 14
     ulong n = 0;
-    if (fread(raw, 8, 14, f) != 14 || fread(&n, 8, 1, f) != 1) {
+    if (fread(raw, 8, 15, f) != 15 || fread(&n, 8, 1, f) != 1) {
         return 2;
     }
     // 16-byte aligned memory with 64 spare bytes (never read).
@@ -55,7 +55,10 @@ int main(int argc, char** argv) {
         return 2;
     }
     fclose(f);
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 15; i++) {
+        if (i >= 9 && i < 14) {
+            continue; // the 32-bit fields
+        }
         if (raw[i] == ~0ul) {
             raw[i] = 0;
         } else if (raw[i] >= n) {

@@ -4,7 +4,9 @@
 // (add_rms_norm_rows, internal/gpukernels/10_norm.qk; the gated norm of
 // deltanet_out, 40_deltanet.qk, for gemv_*_set_gnorm) or the choice it
 // makes (route_topk, 70_route.qk) on the CPU (see prelude.h), so a test
-// compares the fused launch with the launches it replaces.
+// compares the fused launch with the launches it replaces. It runs the
+// one-launch selection (kernels/27_select.cu: select_top) too, and the
+// three launches it replaces (80_select.qk).
 //   normset KERNEL GX GY IMAGE OUT
 // IMAGE: uint32 size of the parameter block, uint32 np, np uint32 byte
 // offsets of its pointer fields; the block, each pointer field a byte
@@ -16,8 +18,10 @@
 #include "../../../internal/gpukernels/40_deltanet.qk" // deltanet_out: the gated norm fused
 #include "../../../internal/gpukernels/50_elementwise.qk" // sigmoid_mul: the output gate fused
 #include "../../../internal/gpukernels/70_route.qk" // 20_gemv.cu's fused choice
+#include "../../../internal/gpukernels/80_select.qk" // 27_select.cu's helpers
 #include "../../kernels/10_common.cu"
 #include "../../kernels/20_gemv.cu"
+#include "../../kernels/27_select.cu"
 #include "run.h"
 
 #include <cstdio>
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
              : k == "sigmoid_mul"        ? run(sigmoid_mul, blk, gx, gy)
              : k == "gemv_q4_set_sigmul" ? run(gemv_q4_set_sigmul, blk, gx, gy)
              : k == "gemv_q8_set_sigmul" ? run(gemv_q8_set_sigmul, blk, gx, gy)
+             : k == "select_top"         ? run(select_top, blk, gx, gy)
                                          : (fprintf(stderr, "no kernel %s\n", argv[1]), 2);
     if (rc != 0) {
         return rc;
