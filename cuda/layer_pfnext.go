@@ -26,7 +26,8 @@ import (
 // logits, 1,024 tokens, three interleaved rounds, twenty-seventh session:
 // bench/gpu/results/session27-h100/ab.txt): none 1,673.8 tok/s, down
 // 1,711.3 (+2.2%), gateup 1,731.5 (+3.4%, every round above every round
-// of none).
+// of none); with 248,320 logits, gateup against none: +1.9% at the 80b's
+// dims, +2.8% at the 35B's (ab-vocab248320.txt).
 const pfNextEnv = "QPACK_CUDA_PF_NEXT"
 
 const (
