@@ -631,3 +631,37 @@ func TestGraphsAfterFreeGPU(t *testing.T) {
 	}
 	graphsAfterFree(t, b)
 }
+
+// reaches: a copy or memset node's device range (a dtod's source too),
+// an htod's pinned source when host memory is freed, never a kernel's.
+func TestGraphReaches(t *testing.T) {
+	host := make([]byte, 64)
+	h := uintptr(unsafe.Pointer(&host[0]))
+	g := &recGraph{ops: []recOp{
+		{kind: opLaunch, dst: 0x1000, n: 0x100},
+		{kind: opMemset, dst: 0x2000, n: 0x100},
+		{kind: opDtoD, dst: 0x3000, src: 0x4000, n: 0x10},
+		{kind: opHtoD, dst: 0x5000, host: host[16:32], n: 16},
+	}}
+	for _, c := range []struct {
+		lo, hi uintptr
+		host   bool
+		want   bool
+	}{
+		{0x1000, 0x1100, false, false}, // a kernel's
+		{0x20ff, 0x2100, false, true},  // the memset's last byte
+		{0x2100, 0x2200, false, false}, // just after it
+		{0x1f00, 0x2000, false, false}, // just before it
+		{0x4008, 0x4009, false, true},  // the dtod's source
+		{0x3000, 0x3001, false, true},  // its destination
+		{0x5000, 0x5010, false, true},  // the htod's destination
+		{h, h + 16, true, false},       // pinned memory before its source
+		{h, h + 17, true, true},        // its first byte
+		{h + 32, h + 64, true, false},  // after it
+		{0x2000, 0x2100, true, false},  // host memory: device ranges aside
+	} {
+		if got := g.reaches(c.lo, c.hi, c.host); got != c.want {
+			t.Errorf("reaches(%#x, %#x, host %v) = %v, want %v", c.lo, c.hi, c.host, got, c.want)
+		}
+	}
+}

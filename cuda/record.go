@@ -241,8 +241,8 @@ func (r *recorder) compile(src, name string) (string, string, error) {
 func (r *recorder) function(name string) (uintptr, error) { return r.d.function(name) }
 
 // A graph's copy and memset nodes must not outlive the memory they reach:
-// the driver resolves their addresses to its allocations when it captures
-// them, and a graph launched after that memory was freed crashed the
+// the driver evidently binds them to its allocations when it captures
+// them (no document says so), and a graph launched after that memory was freed crashed the
 // process inside cuGraphLaunch (SIGSEGV, H100, twenty-seventh session:
 // TestSelectOneGPU freed a vector, allocated one of its size, which the
 // driver placed at the same address, and replayed the graph whose copy
