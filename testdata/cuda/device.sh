@@ -28,7 +28,7 @@ has env && {
 } >"$OUT/env.log" 2>&1
 GPU='^Test(MatMulConformance|RMSNormConformance|SwiGLUConformance|MatMulManyVectors|AllocFree|NoSuchDevice|ParamStructSizes|ParamsLayout|DeviceConformanceGPU|ModelsConformanceGPU|LayerTinyModelsGPU|GemmConformance|GemmEachKernel|GemmBaselineKernel|GraphsGPU|LayerGroupedExpertsGPU|AttentionTileGPU|DeltaNetColsGPU|NormFuseGPU|NormFuseModelsGPU|MappedUploadsGPU|SelectMappedGPU|PrefetchNextGPU|SelectOneGPU|GraphsAfterFreeGPU)$'
 if has conformance; then
-	timeout 240 "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout 235s >"$OUT/conformance.log" 2>&1
+	timeout ${CONFLIM:-240} "$T" -test.v -test.count=1 -test.run "$GPU" -test.timeout $((${CONFLIM:-240} - 5))s >"$OUT/conformance.log" 2>&1
 	echo "exit status $?" >>"$OUT/conformance.log"
 fi
 # The sanitizers over every kernel: the op tests, the layer conformance suite
