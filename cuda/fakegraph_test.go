@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	goruntime "runtime"
 	"testing"
 	"unsafe"
 
@@ -663,5 +664,49 @@ func TestGraphReaches(t *testing.T) {
 		if got := g.reaches(c.lo, c.hi, c.host); got != c.want {
 			t.Errorf("reaches(%#x, %#x, host %v) = %v, want %v", c.lo, c.hi, c.host, got, c.want)
 		}
+	}
+}
+
+// A server's pattern through the recorder: sessions whose states and
+// snapshots come and go (the garbage collector frees them, the next pass
+// drains the frees, and the fake, as the driver does, hands the addresses
+// to the next ones), each step the CPU's bits, and no graph launched after
+// memory its copy or memset nodes reach was freed (the fake fails such a
+// launch).
+func TestGraphsStatesComeAndGoFake(t *testing.T) {
+	for _, name := range []string{"qwen3_next-q4g64", "gemma4-q4g32"} {
+		t.Run(name, func(t *testing.T) {
+			b, g := graphBackend(t)
+			ref, m := loadBoth(t, name, b)
+			tok := func(i int) []int { return []int{(7*i + 3) % m.Config.Vocab} }
+			var keep *runtime.Snapshot // a snapshot and its reference, from the session before
+			var keepRef *runtime.Snapshot
+			for session := range 4 {
+				st, rs := m.NewState(), ref.NewState()
+				if keep != nil && session%2 == 1 {
+					if err := st.Restore(keep); err != nil {
+						t.Fatal(err)
+					}
+					if err := rs.Restore(keepRef); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := range 10 {
+					stepBoth(t, fmt.Sprintf("session %d step %d", session, i), m, st, ref, rs, tok(session+i))
+					if i == 5 {
+						keep, keepRef = st.Snapshot(), rs.Snapshot()
+					}
+				}
+				st, rs = nil, nil
+				goruntime.GC()
+				goruntime.GC() // cleanups run after the first
+			}
+			if b.Stats().GraphLaunches == 0 {
+				t.Error("no graph launched")
+			}
+			if len(g.stale) != 0 {
+				t.Errorf("%d executables left whose memory was freed", len(g.stale))
+			}
+		})
 	}
 }
