@@ -224,7 +224,7 @@ func withRecorder(dev device, stats *Stats) device {
 		return dev
 	}
 	early := os.Getenv(earlyEnv)
-	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]uint64{},
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]uint64{}, sizes: map[devptr]int{},
 		early: early != "0", oneByOne: early == "op"}
 }
 
@@ -253,9 +253,6 @@ func (r *recorder) function(name string) (uintptr, error) { return r.d.function(
 func (r *recorder) memAlloc(n int) (devptr, error) {
 	p, err := r.d.memAlloc(n)
 	if err == nil {
-		if r.sizes == nil {
-			r.sizes = map[devptr]int{}
-		}
 		r.sizes[p] = n
 	}
 	return p, err
