@@ -125,7 +125,16 @@ type gpu struct {
 	capturing   bool // between beginCapture and endCapture
 	// spin: how long a wait polls before it blocks (wait.go).
 	spin time.Duration
+	// busy: whether each stream (computeStream, copyStream) may have work
+	// queued since its last wait that returned nil; a wait for streams
+	// that are not busy returns at once, without a driver call (a decode
+	// step's EndPass follows the selection's wait with nothing queued).
+	busy [2]bool
 }
+
+// queueOn notes work queued on stream s (busy); every call that queues an
+// operation on a stream makes it first.
+func (g *gpu) queueOn(s stream) { g.busy[s] = true }
 
 // outp is the address of out-parameter slot i.
 func (g *gpu) outp(i int) uintptr { return uintptr(unsafe.Pointer(&g.out[i])) }
@@ -428,12 +437,14 @@ func (g *gpu) htod(dst devptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	g.queueOn(computeStream)
 	return g.do(func() error {
 		return g.call("cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), g.stream)
 	})
 }
 
 func (g *gpu) dtod(dst, src devptr, n int) error {
+	g.queueOn(computeStream)
 	return g.do(func() error { return g.call("cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), g.stream) })
 }
 
@@ -441,6 +452,7 @@ func (g *gpu) dtoh(dst []byte, src devptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
+	g.queueOn(computeStream)
 	return g.do(func() error {
 		return g.call("cuMemcpyDtoHAsync_v2", uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), g.stream)
 	})
@@ -474,6 +486,7 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 	args := kernelArgs(&pin, params)
 	groups := int(grid[0]) * int(grid[1]) * int(grid[2])
 	dependent := g.pdl && g.capturing && g.afterKernel && groups <= pdlMaxGroups && g.prevGroups <= pdlMaxGroups
+	g.queueOn(computeStream)
 	err := g.do(func() error {
 		if dependent {
 			attr := &launchAttr{id: launchAttrProgrammaticSerialization}
@@ -491,14 +504,26 @@ func (g *gpu) launch(f uintptr, grid, block [3]uint32, params []byte) error {
 	return err
 }
 
-func (g *gpu) sync() error { return g.waitStreams([2]uintptr{g.stream}, 1) }
+func (g *gpu) sync() error { return g.waitStreams(false) }
 
-func (g *gpu) syncAll() error { return g.waitStreams([2]uintptr{g.stream, g.copier}, 2) }
+func (g *gpu) syncAll() error { return g.waitStreams(true) }
 
-// waitStreams waits until the first n of streams have run everything
-// queued on them.
-func (g *gpu) waitStreams(streams [2]uintptr, n int) error {
-	return g.pollThenWait("cuStreamSynchronize", func() (bool, error) {
+// waitStreams waits until the compute stream (and, with both, the copy
+// stream) has run everything queued on it. A stream that is not busy is
+// not asked; when neither is, the wait returns at once.
+func (g *gpu) waitStreams(both bool) error {
+	var streams [2]uintptr
+	n := 0
+	for s, id := range [2]uintptr{g.stream, g.copier} {
+		if g.busy[s] && (s == int(computeStream) || both) {
+			streams[n] = id
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	err := g.pollThenWait("cuStreamSynchronize", func() (bool, error) {
 		for _, s := range streams[:n] {
 			if ok, err := g.query("cuStreamQuery", s); !ok || err != nil {
 				return false, err
@@ -512,6 +537,13 @@ func (g *gpu) waitStreams(streams [2]uintptr, n int) error {
 		}
 		return errors.Join(errs[:n]...)
 	})
+	if err == nil {
+		g.busy[computeStream] = false
+		if both {
+			g.busy[copyStream] = false
+		}
+	}
+	return err
 }
 
 // pollThenWait is every wait for the device (wait.go): ready, a query, is
@@ -543,6 +575,7 @@ func (g *gpu) htodOn(s stream, dst devptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	g.queueOn(s)
 	return g.do(func() error {
 		return g.call("cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), g.streamOf(s))
 	})
@@ -555,6 +588,7 @@ func (g *gpu) memset(dst devptr, n int) error {
 	if n%4 != 0 {
 		return fmt.Errorf("cuda: memset of %d bytes (not a multiple of 4)", n)
 	}
+	g.queueOn(computeStream)
 	return g.do(func() error { return g.call("cuMemsetD32Async", uintptr(dst), 0, uintptr(n/4), g.stream) })
 }
 
@@ -571,10 +605,12 @@ func (g *gpu) newEvent() (event, error) {
 }
 
 func (g *gpu) record(e event, s stream) error {
+	g.queueOn(s)
 	return g.do(func() error { return g.call("cuEventRecord", e, g.streamOf(s)) })
 }
 
 func (g *gpu) waitEvent(s stream, e event) error {
+	g.queueOn(s)
 	return g.do(func() error { return g.call("cuStreamWaitEvent", g.streamOf(s), e, 0) })
 }
 
@@ -601,6 +637,7 @@ func (g *gpu) memInfo() (int64, int64, error) {
 
 func (g *gpu) timed(fn func() error) (float32, error) {
 	var ms float32
+	g.queueOn(computeStream)
 	err := g.do(func() error {
 		var ev [2]uintptr
 		for i := range ev {

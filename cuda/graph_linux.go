@@ -117,6 +117,7 @@ func (g *gpu) beginCapture() error {
 	if !g.graphs() {
 		return errNoGraphs
 	}
+	g.queueOn(computeStream)
 	err := g.do(func() error { return g.call("cuStreamBeginCapture_v2", g.stream, captureModeRelaxed) })
 	g.capturing = err == nil
 	return err
@@ -152,6 +153,7 @@ func (g *gpu) execUpdate(exec, graph uintptr) (bool, error) {
 }
 
 func (g *gpu) graphLaunch(exec uintptr) error {
+	g.queueOn(computeStream)
 	return g.do(func() error { return g.call("cuGraphLaunch", exec, g.stream) })
 }
 

@@ -167,6 +167,7 @@ func (m *Model) Forward(st *State, tokens []int, opt *ForwardOptions) ([]float32
 	}
 	m.Mark("the graph's Forward called")
 	logits, err := m.graph.Forward(Env{Device: m.Device(), Backend: m.Backend, Experts: m.Experts}, st.layers, st.pos, tokens, opt)
+	m.Mark("the graph's Forward returns")
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,9 @@ type markingCPU struct {
 func (m *markingCPU) Mark(point string) { m.points = append(m.points, point) }
 
 // A backend that is a runtime.Marker hears, at each decode step, the
-// runner's draw, its call of Forward and the graph's Forward, in that
-// order (the CUDA timeline's points outside the backend).
+// runner's draw (its start and its end), its call of Forward and the
+// graph's Forward (called and returned), in that order (the CUDA
+// timeline's points outside the backend).
 func TestMarkerPoints(t *testing.T) {
 	f := newFixture(t, runtime.TypeQwen3Next, 4, 64, "qwen3_next-q4g64")
 	be := &markingCPU{}
@@ -29,13 +30,13 @@ func TestMarkerPoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := []string{"the runner's draw returns", "the runner calls Forward", "the graph's Forward called"}
-	var want []string
-	want = append(want, "the graph's Forward called") // the prompt's pass
+	draw := []string{"the runner draws", "the runner's draw returns"}
+	pass := []string{"the graph's Forward called", "the graph's Forward returns"}
+	want := slices.Clone(pass) // the prompt's pass
 	for range res.DecodeTokens {
-		want = append(want, step...)
+		want = append(append(append(want, draw...), "the runner calls Forward"), pass...)
 	}
-	want = append(want, "the runner's draw returns") // the last token's draw
+	want = append(want, draw...) // the last token's draw
 	if !slices.Equal(be.points, want) {
 		t.Fatalf("points %q,\nwant %q", be.points, want)
 	}

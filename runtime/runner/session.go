@@ -257,6 +257,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, g GenOptions) (*Re
 	fwd := &runtime.ForwardOptions{Speculate: s.r.spec, Top: top}
 	for {
 		var tok int
+		s.r.Model.Mark("the runner draws")
 		if logits == nil && top != nil {
 			// The device selected the top of the logits (fwd.Top), and
 			// Accept checked that the sampler draws from it.

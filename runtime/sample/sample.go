@@ -92,9 +92,19 @@ func (s *Sampler) Params() Params { return s.p }
 // Observe records tokens as seen (typically the prompt) for the penalties.
 func (s *Sampler) Observe(ids ...int) {
 	for _, id := range ids {
-		s.seen[id] = struct{}{}
+		s.see(id)
 	}
 	s.count(ids...)
+}
+
+// see records id as seen, where a penalty reads the seen tokens
+// (penalised): without one the set stays empty, and a decode step's draw
+// adds nothing to a map that would grow with every new token.
+func (s *Sampler) see(id int) {
+	rp := s.p.RepetitionPenalty
+	if (rp != 0 && rp != 1) || s.p.PresencePenalty != 0 {
+		s.seen[id] = struct{}{}
+	}
 }
 
 // Reset forgets the seen tokens; the random stream continues.
@@ -111,7 +121,7 @@ func (s *Sampler) Sample(logits []float32) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	s.seen[id] = struct{}{}
+	s.see(id)
 	s.count(id)
 	return id, nil
 }

@@ -133,7 +133,7 @@ func (s *Sampler) SampleTop(ids []int32, logits []float32, vocab int) (tok int, 
 		return -1, false, err // cannot happen: th is a candidate's logit
 	}
 	tok = int(ids[j])
-	s.seen[tok] = struct{}{}
+	s.see(tok)
 	s.count(tok)
 	return tok, true, nil
 }

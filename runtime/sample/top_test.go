@@ -269,14 +269,53 @@ func TestSampleTopDeclines(t *testing.T) {
 			t.Errorf("%s: a declined draw recorded a token or consumed a random number", c.name)
 		}
 	}
-	// Well formed, it draws (one of the three largest) and records it.
+	// Well formed, it draws (one of the three largest). Without a penalty
+	// nothing reads the seen tokens, so none are kept.
 	s := mustNew(t, Params{Temperature: 1, TopK: 3, FrequencyPenalty: 0, Seed: 4})
 	tok, ok, err := s.SampleTop(ids, ls, len(logits))
 	if !ok || err != nil || (tok != 1 && tok != 3 && tok != 7) {
 		t.Fatalf("SampleTop %d %v %v", tok, ok, err)
 	}
-	if _, seen := s.seen[tok]; !seen {
-		t.Fatalf("token %d not recorded as seen", tok)
+	if len(s.seen) != 0 {
+		t.Fatalf("seen %v without a penalty", s.seen)
+	}
+}
+
+// The seen tokens are kept exactly when a penalty reads them: a draw and
+// Observe record them under a repetition or presence penalty, and a
+// penalised draw reads them (the penalty changes which token comes next).
+func TestSeenOnlyWithPenalty(t *testing.T) {
+	for _, c := range []struct {
+		p    Params
+		keep bool
+	}{
+		{Params{Temperature: 0}, false},
+		{Params{Temperature: 1, TopK: 4}, false},
+		{Params{Temperature: 0, FrequencyPenalty: 0.5}, false},
+		{Params{Temperature: 0, RepetitionPenalty: 1.3}, true},
+		{Params{Temperature: 0, PresencePenalty: 0.5}, true},
+	} {
+		s := mustNew(t, c.p)
+		s.Observe(3, 5)
+		tok, err := s.Sample([]float32{0, 1, 2, 3, 4, 5, 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, s3 := s.seen[3]
+		_, st := s.seen[tok]
+		if s3 != c.keep || st != c.keep || (len(s.seen) > 0) != c.keep {
+			t.Errorf("%+v: seen %v after Observe(3, 5) and drawing %d", c.p, s.seen, tok)
+		}
+	}
+	// Greedy over logits where 6 leads 5 by little: a repetition penalty on
+	// the seen 6 gives 5 instead.
+	s := mustNew(t, Params{Temperature: 0, RepetitionPenalty: 2})
+	logits := []float32{0, 1, 2, 3, 4, 5, 5.5}
+	if tok, _ := s.Sample(logits); tok != 6 {
+		t.Fatalf("first draw %d, want 6", tok)
+	}
+	if tok, _ := s.Sample(logits); tok != 5 {
+		t.Fatalf("second draw %d, want 5 (6 penalised)", tok)
 	}
 }
 
