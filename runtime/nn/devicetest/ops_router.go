@@ -22,7 +22,7 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 		t.Skipf("%s routes on the host only (not an nn.ExpertRouter)", dev.Name())
 	}
 	r := rng(19)
-	const E, H, I, layer = 6, 64, 128, 3
+	const H, I, layer = 64, 128, 3
 	for _, c := range []struct {
 		bits, group int
 		ft          mlxq.Float
@@ -30,14 +30,23 @@ func testRoutedExperts(t *testing.T, dev nn.Device, tol Tolerances) {
 		norm, scale bool
 		act         nn.Activation
 		shared      int // 0: none; else a sigmoid-gated shared expert of these bits (group 64)
+		E           int // experts in the layer; 0: 6
 	}{
-		{4, 32, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 4},
-		{4, 64, mlxq.F16, 3, 4, false, true, nn.GELUTanhGate, 0},
-		{8, 64, mlxq.BF16, 2, 3, true, false, nn.SiLUGate, 8},
-		{3, 32, mlxq.BF16, 2, 2, true, true, nn.SiLUGate, 0},
-		{0, 0, mlxq.BF16, 1, 3, true, false, nn.GELUTanhGate, 0},
-		{4, 64, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 8}, // the shared expert quantized otherwise
+		{4, 32, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 4, 0},
+		{4, 64, mlxq.F16, 3, 4, false, true, nn.GELUTanhGate, 0, 0},
+		{8, 64, mlxq.BF16, 2, 3, true, false, nn.SiLUGate, 8, 0},
+		{3, 32, mlxq.BF16, 2, 2, true, true, nn.SiLUGate, 0, 0},
+		{0, 0, mlxq.BF16, 1, 3, true, false, nn.GELUTanhGate, 0, 0},
+		{4, 64, mlxq.BF16, 1, 2, true, false, nn.SiLUGate, 8, 0}, // the shared expert quantized otherwise
+		// Eight and ten routed experts and a shared one of their shape: a
+		// decode step's nine and eleven slots (the 35B's, Qwen3-Next's).
+		{4, 64, mlxq.BF16, 1, 8, true, false, nn.SiLUGate, 4, 10},
+		{4, 64, mlxq.BF16, 2, 10, true, false, nn.SiLUGate, 4, 12},
 	} {
+		E := c.E
+		if E == 0 {
+			E = 6
+		}
 		name := fmt.Sprintf("RouteExperts q%dg%d %v T=%d k=%d norm=%v scale=%v shared=%d", c.bits, c.group, c.ft, c.T, c.K, c.norm, c.scale, c.shared)
 		mk := func(rows, cols int) refMat {
 			if c.bits == 0 {
