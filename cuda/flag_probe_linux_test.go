@@ -2,10 +2,7 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,15 +79,10 @@ func (g *gpu) waitFlag(p devptr, v uint32) error {
 	})
 }
 
-// spinWord polls w until it holds v, for at most limit.
+// spinWord polls w until it holds v, for at most limit (spinUntil).
 func spinWord(w *uint32, v uint32, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for atomic.LoadUint32(w) != v {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	ok, _ := spinUntil(limit, func() (bool, error) { return atomic.LoadUint32(w) == v, nil })
+	return ok
 }
 
 func median(d []time.Duration) time.Duration {
@@ -212,15 +204,5 @@ func BenchmarkFreeWhileGatedGPU(b *testing.B) {
 // TestFlagProbeSourceClang: the flag probe's kernel compiles (clang's CUDA
 // front end), so a device call is not spent on a syntax error.
 func TestFlagProbeSourceClang(t *testing.T) {
-	dir, out, err := clangCUDA(t, flagProbeSource, "-O2", "-S", "-o", "flag.ptx")
-	if err != nil {
-		t.Fatalf("clang rejects the flag probe: %v\n%s", err, out)
-	}
-	ptx, err := os.ReadFile(filepath.Join(dir, "flag.ptx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(ptx), ".entry probe_done(") {
-		t.Error("probe_done is not an entry of the PTX")
-	}
+	checkProbePTX(t, flagProbeSource, "probe_done")
 }

@@ -177,8 +177,8 @@ func BenchmarkPersistentPhasesGPU(b *testing.B) {
 
 // probeDevice opens the first device for a probe benchmark alone (skipping
 // without one unless QPACK_CUDA_REQUIRE is set), compiles the probe's own
-// source into it and returns it with its multiprocessor count; the device
-// is closed when the benchmark ends.
+// source into it (none when src is empty) and returns it with its
+// multiprocessor count; the device is closed when the benchmark ends.
 func probeDevice(b *testing.B, src, name string) (*gpu, int) {
 	b.Helper()
 	d, err := openDevice(0)
@@ -196,6 +196,9 @@ func probeDevice(b *testing.B, src, name string) (*gpu, int) {
 	sms, err := multiprocessors(g.name())
 	if err != nil {
 		b.Fatal(err)
+	}
+	if src == "" {
+		return g, sms
 	}
 	if _, log, err := g.compile(src, name); err != nil {
 		b.Fatalf("%s: %v\n%s", name, err, log)

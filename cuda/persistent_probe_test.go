@@ -121,7 +121,14 @@ func multiprocessors(name string) (int, error) {
 // TestProbeSourceClang: the probe compiles (clang's CUDA front end), so a
 // device call is not spent on a syntax error.
 func TestProbeSourceClang(t *testing.T) {
-	dir, out, err := clangCUDA(t, probeSource, "-O2", "-S", "-o", "probe.ptx")
+	checkProbePTX(t, probeSource, "probe_phase", "probe_persistent")
+}
+
+// checkProbePTX compiles a probe's own source to PTX with clang's CUDA
+// front end and checks that each of entries is a kernel of it.
+func checkProbePTX(t *testing.T, src string, entries ...string) {
+	t.Helper()
+	dir, out, err := clangCUDA(t, src, "-O2", "-S", "-o", "probe.ptx")
 	if err != nil {
 		t.Fatalf("clang rejects the probe: %v\n%s", err, out)
 	}
@@ -129,7 +136,7 @@ func TestProbeSourceClang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"probe_phase", "probe_persistent"} {
+	for _, k := range entries {
 		if !strings.Contains(string(ptx), ".entry "+k+"(") {
 			t.Errorf("%s is not an entry of the PTX", k)
 		}

@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -158,17 +156,5 @@ func TestPlacement(t *testing.T) {
 // TestPlaceSourceClang: the probe compiles (clang's CUDA front end), so a
 // device call is not spent on a syntax error.
 func TestPlaceSourceClang(t *testing.T) {
-	dir, out, err := clangCUDA(t, placeSource, "-O2", "-S", "-o", "place.ptx")
-	if err != nil {
-		t.Fatalf("clang rejects the probe: %v\n%s", err, out)
-	}
-	ptx, err := os.ReadFile(filepath.Join(dir, "place.ptx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"probe_place2", "probe_place3"} {
-		if !strings.Contains(string(ptx), ".entry "+k+"(") {
-			t.Errorf("%s is not an entry of the PTX", k)
-		}
-	}
+	checkProbePTX(t, placeSource, "probe_place2", "probe_place3")
 }

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"os"
 	"testing"
 	"time"
 )
@@ -12,18 +11,7 @@ import (
 // which polls them (a cuStreamQuery each, inside the context). A decode
 // step's EndPass makes such a wait right after the selection's.
 func BenchmarkIdleWaitGPU(b *testing.B) {
-	d, err := openDevice(0)
-	if err != nil {
-		if os.Getenv("QPACK_CUDA_REQUIRE") == "" {
-			b.Skipf("no CUDA device: %v", err)
-		}
-		b.Fatal(err)
-	}
-	defer d.close()
-	g, ok := d.(*gpu)
-	if !ok {
-		b.Skip("not a driver device")
-	}
+	g, _ := probeDevice(b, "", "")
 	g.busy = [2]bool{true, true}
 	if err := g.syncAll(); err != nil {
 		b.Fatal(err)

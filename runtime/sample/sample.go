@@ -101,10 +101,16 @@ func (s *Sampler) Observe(ids ...int) {
 // (penalised): without one the set stays empty, and a decode step's draw
 // adds nothing to a map that would grow with every new token.
 func (s *Sampler) see(id int) {
-	rp := s.p.RepetitionPenalty
-	if (rp != 0 && rp != 1) || s.p.PresencePenalty != 0 {
+	if s.readsSeen() {
 		s.seen[id] = struct{}{}
 	}
+}
+
+// readsSeen reports whether a penalty reads the seen tokens (the
+// repetition and presence penalties; the frequency penalty reads counts).
+func (s *Sampler) readsSeen() bool {
+	rp := s.p.RepetitionPenalty
+	return (rp != 0 && rp != 1) || s.p.PresencePenalty != 0
 }
 
 // Reset forgets the seen tokens; the random stream continues.
@@ -235,12 +241,12 @@ func (s *Sampler) penalised(logits []float32) []float64 {
 		}
 		sc[i] = f
 	}
-	rp := s.p.RepetitionPenalty
-	pp := s.p.PresencePenalty
-	if (rp == 0 || rp == 1) && pp == 0 {
+	if !s.readsSeen() {
 		s.frequencyPenalty(sc)
 		return sc
 	}
+	rp := s.p.RepetitionPenalty
+	pp := s.p.PresencePenalty
 	for id := range s.seen {
 		if id < 0 || id >= len(sc) {
 			continue
