@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -309,6 +312,19 @@ func BenchmarkDecodeKernels(bb *testing.B) {
 		selectCase(248320, 64),
 		selectOneCase(32768, 64),
 		selectOneCase(248320, 64),
+	}
+	// QPACK_BENCH_CASES, a regular expression, keeps the cases whose name
+	// it matches (a profiler's run of one kernel:
+	// bench/gpu/scripts/session29-ncu-moe.sh).
+	if expr := os.Getenv("QPACK_BENCH_CASES"); expr != "" {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			bb.Fatalf("QPACK_BENCH_CASES: %v", err)
+		}
+		cases = slices.DeleteFunc(cases, func(c kcase) bool { return !re.MatchString(c.name) })
+		if len(cases) == 0 {
+			bb.Fatalf("QPACK_BENCH_CASES=%q matches no case", expr)
+		}
 	}
 	time := func(c kcase, pdl bool, split int) float64 {
 		sw.setDependentLaunch(pdl)
