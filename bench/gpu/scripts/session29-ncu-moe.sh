@@ -13,7 +13,8 @@ O=$OUT
 [ -f .devcarry-cuda/cuda.test ] || gunzip -k .devcarry-cuda/cuda.test.gz
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 cd cuda
-run() { # name kernel case-regex
+run() { # name kernel case-regex (ONLY: the names to run, else all)
+	case " ${ONLY:-$1} " in *" $1 "*) ;; *) return ;; esac
 	QPACK_BENCH_CASES="$3" timeout ${NCULIM:-120} $NCU --kernel-name regex:"^$2\$" --launch-skip 200 --launch-count 1 \
 		--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
 		--section Occupancy --section MemoryWorkloadAnalysis --section InstructionStats --section SourceCounters \
