@@ -29,6 +29,6 @@ QPACK_CUDA_GRAPH_UPLOAD=1 QPACK_CUDA_PROFILE=graphs timeout 90 $G/gpu-new -child
 grep -h "gap before each\|host's path" $O/tl-up.txt | cut -c1-200 | head -14
 rm -rf $W
 echo "elapsed ${SECONDS}s"
-if [ $SECONDS -lt 330 ]; then
-	NCULIM=70 ONLY="gateup9 down9 topk" bash bench/gpu/scripts/session29-ncu-moe.sh
+if [ $SECONDS -lt 220 ]; then
+	NCULIM=60 ONLY="gateup9 down9 topk" bash bench/gpu/scripts/session29-ncu-moe.sh
 fi
