@@ -3,8 +3,8 @@
 # QPACK_CUDA_GRAPH_UPLOAD=1 (a replay's changed parameters uploaded on a
 # stream of their own before the launch: the same bits as kernel by
 # kernel?); (2) resident decode A/B at the 35B's dims (8 layers, 32,768
-# logits, 1,024 tokens, three interleaved rounds): HEAD's build, the
-# working tree's, the working tree's with the uploads; (3) the timeline
+# logits, 1,024 tokens, three interleaved rounds): the working tree's
+# build with and without the uploads; (3) the timeline
 # of the uploads (the attention layers' graphs' gap); (4) Nsight Compute
 # on the MoE kernels and route_topk (session29-ncu-moe.sh) while the
 # call has time left. Built by session15-build.sh.
@@ -18,7 +18,7 @@ for b in gpu-base gpu-new; do [ -f $G/$b ] || gunzip -k $G/$b.gz; done
 	-test.v >$O/upload-gpu-tests.txt 2>&1
 echo "upload GPU tests rc $?")
 grep -h -- "--- \|graph launches" $O/upload-gpu-tests.txt | head -12
-OUT=$O VARIANTS="base:gpu-base new:gpu-new up:gpu-new:QPACK_CUDA_GRAPH_UPLOAD=1" DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 \
+OUT=$O VARIANTS="new:gpu-new up:gpu-new:QPACK_CUDA_GRAPH_UPLOAD=1" DIMS=35b VOCABS=32768 ROUNDS=3 TOKENS=1024 \
 	sh bench/gpu/ab.sh >$O/ab.txt 2>&1
 tail -12 $O/ab.txt
 W=/tmp/s29
