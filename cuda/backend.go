@@ -126,9 +126,6 @@ type Stats struct {
 	GraphLaunches int64
 	GraphNodes    int64
 	GraphCaptures int64
-	// GraphUploads counts replays whose changed parameters were uploaded
-	// ahead of their launch (QPACK_CUDA_GRAPH_UPLOAD, record.go).
-	GraphUploads int64
 }
 
 var (

@@ -105,14 +105,10 @@ type gpu struct {
 	ctx      uintptr
 	stream   uintptr
 	copier   uintptr // the copy stream
-	// uploader: the stream graph uploads run on (graphUpload), made at
-	// the first; uploading: one may still run (destroyExec waits for it).
-	uploader  uintptr
-	uploading bool
-	module    uintptr
-	label     string
-	major     int
-	minor     int
+	module   uintptr
+	label    string
+	major    int
+	minor    int
 	// out holds the driver's out-parameters: heap memory that cannot move
 	// while a call writes it (a Go stack can; calls are serialized).
 	out [5]uint64
@@ -691,10 +687,6 @@ func (g *gpu) close() error {
 		if g.copier != 0 {
 			errs = append(errs, g.call("cuStreamDestroy_v2", g.copier))
 			g.copier = 0
-		}
-		if g.uploader != 0 {
-			errs = append(errs, g.call("cuStreamSynchronize", g.uploader), g.call("cuStreamDestroy_v2", g.uploader))
-			g.uploader = 0
 		}
 		errs = append(errs, g.call("cuDevicePrimaryCtxRelease_v2", uintptr(g.dev)))
 		return errors.Join(errs...)

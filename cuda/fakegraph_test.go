@@ -36,12 +36,6 @@ type graphFake struct {
 	// since (the driver's rule: launching one crashed the process on the
 	// GPU, record.go's memFree); launching one fails the test.
 	stale map[uintptr]string
-	// dirty: executables with a node set (setKernelParams) since their
-	// last graphUpload; uploads counts graphUpload calls. Once any upload
-	// was made (QPACK_CUDA_GRAPH_UPLOAD=1), launching a dirty executable
-	// fails the test: the recorder uploads every replay it changed.
-	dirty   map[uintptr]bool
-	uploads int
 }
 
 type fakeNode struct {
@@ -54,7 +48,7 @@ func newGraphFake(t testing.TB) *graphFake {
 	f := newFake(t)
 	f.reuse = true // as the driver does, so that a freed address comes back in a later queue's shape
 	return &graphFake{fakeDev: f, graphs: map[uintptr][]fakeNode{}, execs: map[uintptr][]fakeNode{}, next: 1, fail: map[string]error{},
-		stale: map[uintptr]string{}, dirty: map[uintptr]bool{}}
+		stale: map[uintptr]string{}}
 }
 
 // memFree and hostFree mark the executables whose copy or memset nodes
@@ -201,9 +195,6 @@ func (g *graphFake) graphLaunch(exec uintptr) error {
 	if what, ok := g.stale[exec]; ok {
 		g.t.Fatalf("launch of exec %d, whose copy or memset node reaches %s, freed since", exec, what)
 	}
-	if g.uploads > 0 && g.dirty[exec] {
-		g.t.Fatalf("launch of exec %d, changed since its last upload", exec)
-	}
 	g.runs++
 	for _, n := range nodes {
 		var err error
@@ -239,27 +230,9 @@ func (g *graphFake) setKernelParams(exec, node, fn uintptr, grid, block [3]uint3
 		g.t.Fatalf("setKernelParams changes node %d's kernel, grid or parameter size", node)
 	}
 	n.params = append([]byte(nil), params...)
-	g.dirty[exec] = true
 	if g.sets != nil {
 		g.sets[kernelNames[fn-1]]++
 	}
-	return nil
-}
-
-func (g *graphFake) canUpload() bool { return true }
-
-func (g *graphFake) graphUpload(exec uintptr) error {
-	if err := g.fail["graphUpload"]; err != nil {
-		return err
-	}
-	if _, ok := g.execs[exec]; !ok {
-		g.t.Fatalf("upload of exec %d, not there", exec)
-	}
-	if !g.dirty[exec] {
-		g.t.Fatalf("upload of exec %d, unchanged since its last", exec)
-	}
-	delete(g.dirty, exec)
-	g.uploads++
 	return nil
 }
 
@@ -277,7 +250,6 @@ func (g *graphFake) destroyExec(exec uintptr) error {
 	}
 	delete(g.execs, exec)
 	delete(g.stale, exec)
-	delete(g.dirty, exec)
 	return nil
 }
 
@@ -381,47 +353,6 @@ func TestRecorderFailuresFake(t *testing.T) {
 				t.Errorf("%d graphs, %d execs left after switching off", len(g.graphs), len(g.execs))
 			}
 		})
-	}
-}
-
-// QPACK_CUDA_GRAPH_UPLOAD=1: a replay that changed parameters uploads its
-// executable before its launch (the fake fails a launch of one changed
-// since its upload, and an upload of one unchanged), every model's decode
-// stays the CPU's bit for bit, and a failing upload switches graphs off
-// with the results kept.
-func TestRecorderGraphUploadFake(t *testing.T) {
-	t.Setenv(graphUploadEnv, "1")
-	b, g := graphBackend(t)
-	if b.dev.(*recorder).upload == nil {
-		t.Fatal("uploads off with " + graphUploadEnv + "=1")
-	}
-	for _, name := range []string{"qwen3_next-q4g64", "qwen3_5_moe-q8g64", "gemma4-q4g32"} {
-		s0 := b.Stats()
-		decodeCompare(t, b, name, 40)
-		s := b.Stats()
-		ups := s.GraphUploads - s0.GraphUploads
-		t.Logf("%s: %d graph launches, %d uploads", name, s.GraphLaunches-s0.GraphLaunches, ups)
-		if ups < 20 || ups > s.GraphLaunches-s0.GraphLaunches {
-			t.Errorf("%s: %d uploads in %d graph launches", name, ups, s.GraphLaunches-s0.GraphLaunches)
-		}
-	}
-	if s := b.Stats(); g.uploads != int(s.GraphUploads) {
-		t.Errorf("%d uploads, %d counted", g.uploads, s.GraphUploads)
-	}
-	t.Run("fails", func(t *testing.T) {
-		b, g := graphBackend(t)
-		g.fail["graphUpload"] = errors.New("injected")
-		decodeCompare(t, b, "qwen3_next-q4g64", 30)
-		if b.dev.(*recorder).on {
-			t.Error("graphs still on after graphUpload failed")
-		}
-		if len(g.graphs)+len(g.execs) != 0 {
-			t.Errorf("%d graphs, %d execs left after switching off", len(g.graphs), len(g.execs))
-		}
-	})
-	t.Setenv(graphUploadEnv, "")
-	if b, _ := graphBackend(t); b.dev.(*recorder).upload != nil {
-		t.Error("uploads on without " + graphUploadEnv)
 	}
 }
 

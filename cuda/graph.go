@@ -17,11 +17,3 @@ type grapher interface {
 }
 
 var errNoGraphs = errors.New("cuda: the driver has no CUDA graph functions")
-
-// graphUploader is a device that uploads an executable graph to the
-// device ahead of its launch (cuGraphUpload, graph_linux.go), on a stream
-// other than the compute stream.
-type graphUploader interface {
-	canUpload() bool
-	graphUpload(exec uintptr) error
-}

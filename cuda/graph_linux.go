@@ -52,9 +52,6 @@ func (g *gpu) graphs() bool {
 		g.graphState = -1
 		return false
 	}
-	if p, err := purego.Dlsym(g.drv.h, "cuGraphUpload"); err == nil && p != 0 {
-		g.drv.fn["cuGraphUpload"] = p // optional: graphUpload
-	}
 	return true
 }
 
@@ -160,30 +157,6 @@ func (g *gpu) graphLaunch(exec uintptr) error {
 	return g.do(func() error { return g.call("cuGraphLaunch", exec, g.stream) })
 }
 
-// canUpload and graphUpload implement graphUploader: exec uploaded to the
-// device on a stream of its own (made at the first call), so that a
-// launch of it on the compute stream finds its parameters there. The
-// driver orders an upload behind the executable's earlier launches and
-// its later launches behind the upload.
-func (g *gpu) canUpload() bool { return g.graphs() && g.drv.fn["cuGraphUpload"] != 0 }
-
-func (g *gpu) graphUpload(exec uintptr) error {
-	if !g.canUpload() {
-		return errNoGraphs
-	}
-	defer func(k bool) { g.afterKernel = k }(g.afterKernel) // not an operation on the compute stream
-	return g.do(func() error {
-		if g.uploader == 0 {
-			if err := g.call("cuStreamCreate", g.outp(0), streamNonBlocking); err != nil {
-				return err
-			}
-			g.uploader = uintptr(g.out[0])
-		}
-		g.uploading = true
-		return g.call("cuGraphUpload", exec, g.uploader)
-	})
-}
-
 func (g *gpu) graphNodes(graph uintptr) (int, error) {
 	n, err := g.callOut("cuGraphGetNodes", graph, 0, g.outp(0))
 	return int(n), err
@@ -194,15 +167,7 @@ func (g *gpu) destroyGraph(graph uintptr) error {
 }
 
 func (g *gpu) destroyExec(exec uintptr) error {
-	return g.do(func() error {
-		if g.uploading { // an upload of exec may still run
-			if err := g.call("cuStreamSynchronize", g.uploader); err != nil {
-				return err
-			}
-			g.uploading = false
-		}
-		return g.call("cuGraphExecDestroy", exec)
-	})
+	return g.do(func() error { return g.call("cuGraphExecDestroy", exec) })
 }
 
 // callOut calls a driver function whose out-parameter (one of args) is

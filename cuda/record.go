@@ -195,22 +195,7 @@ type recorder struct {
 	// of as one graph of them; left counts those still to come.
 	oneByOne bool
 	left     int
-	// upload (QPACK_CUDA_GRAPH_UPLOAD=1): a replay that set parameters
-	// uploads its executable before launching it; nil when off.
-	upload graphUploader
 }
-
-// graphUploadEnv set to 1 makes a replay whose parameters changed upload
-// its executable on a stream of its own before its launch (recorder.upload).
-// A decode step's attention layers change a few parameters each step (the
-// position: rms_norm_rope, attention_gqa), and their graphs started 6.38 µs
-// after the graph before them where the DeltaNet layers' graphs, replayed
-// as they were, started after 1.39 µs (twenty-ninth session's timeline,
-// H100, bench/gpu/results/session29-h100/timeline.txt): the driver brings
-// the changed parameters to the device at the launch, in the compute
-// stream's order. Uploaded as soon as they are set, while the GPU still
-// runs the layers before, they would be there when the launch comes.
-const graphUploadEnv = "QPACK_CUDA_GRAPH_UPLOAD"
 
 // earlyEnv turns off the early start (recorder.early) with "0"; "op"
 // makes it issue its ops one by one (recorder.oneByOne): an A/B switch
@@ -239,12 +224,8 @@ func withRecorder(dev device, stats *Stats) device {
 		return dev
 	}
 	early := os.Getenv(earlyEnv)
-	r := &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]uint64{}, sizes: map[devptr]int{},
+	return &recorder{d: dev, gr: gd, on: true, stats: stats, seen: map[uint64]bool{}, idents: map[uint64]uint64{}, sizes: map[devptr]int{},
 		early: early != "0", oneByOne: early == "op"}
-	if up, ok := dev.(graphUploader); ok && os.Getenv(graphUploadEnv) == "1" && up.canUpload() {
-		r.upload = up
-	}
-	return r
 }
 
 var _ device = (*recorder)(nil)
@@ -628,10 +609,8 @@ func paramDiffs(g *recGraph, ops []recOp, params []byte) int {
 	return n
 }
 
-// replay sets the nodes whose parameters differ and launches g (uploaded
-// first when any did and r.upload is on).
+// replay sets the nodes whose parameters differ and launches g.
 func (r *recorder) replay(g *recGraph, ops []recOp, params []byte) error {
-	set := 0
 	for i := range ops {
 		op, was := &ops[i], &g.ops[i]
 		if op.kind != opLaunch {
@@ -645,13 +624,6 @@ func (r *recorder) replay(g *recGraph, ops []recOp, params []byte) error {
 			return err
 		}
 		copy(before, now)
-		set++
-	}
-	if set > 0 && r.upload != nil {
-		if err := r.upload.graphUpload(g.exec); err != nil {
-			return err
-		}
-		r.stats.GraphUploads++
 	}
 	if err := r.gr.graphLaunch(g.exec); err != nil {
 		return err

@@ -7,7 +7,9 @@
 # build with and without the uploads; (3) the timeline
 # of the uploads (the attention layers' graphs' gap); (4) Nsight Compute
 # on the MoE kernels and route_topk (session29-ncu-moe.sh) while the
-# call has time left. Built by session15-build.sh.
+# call has time left. Built by session15-build.sh. The switch measured
+# even and was dropped: apply bench/gpu/results/session29-h100/graph-upload.patch
+# (against 7697246) to run this again.
 #   carry .devcarry-cuda .devcarry-benchgpu
 set -u
 O=$OUT
