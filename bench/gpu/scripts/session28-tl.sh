@@ -1,6 +1,7 @@
 #!/bin/bash
-# Twenty-eighth session (device), one call (written then, not yet run: the
-# session's device time ran out): the queued step's probes
+# Twenty-eighth session (device), one call (written then; the session's
+# device time ran out, and the twenty-ninth ran it:
+# bench/gpu/results/session29-h100/): the queued step's probes
 # (BenchmarkFlagReleaseGPU, BenchmarkFreeWhileGatedGPU: cuda/flag_probe_linux_test.go,
 # ~10 s), then the submission timeline
 # (QPACK_CUDA_PROFILE=graphs, 512 resident tokens, 35b dims, 8 layers,
