@@ -6,7 +6,7 @@
 # projections. QPACK_BENCH_CASES keeps one case a run; launch 200 of the
 # kernel is in the case's timed graphs with dependent launches on (96
 # launches a graph, the first launched once to warm up). Full sections and
-# the source counters (the stall reasons by SASS line).
+# the source counters section (as text, its branch summary only).
 #   carry .devcarry-cuda (bench/gpu/scripts/session15-build.sh)
 set -u
 O=$OUT
