@@ -2,7 +2,7 @@ package cuda
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,9 +85,14 @@ func spinWord(w *uint32, v uint32, limit time.Duration) bool {
 	return ok
 }
 
+// probeDone queues the probe kernel f, which writes v into the done word.
+func probeDone(g *gpu, f uintptr, done devptr, v uint32) error {
+	return g.launch(f, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, params(nil).ptr(done).u32(int(v)))
+}
+
 func median(d []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	s := slices.Clone(d)
+	slices.Sort(s)
 	return s[len(s)/2]
 }
 
@@ -99,7 +104,7 @@ func BenchmarkFlagReleaseGPU(b *testing.B) {
 	// BenchmarkFreeWhileGatedGPU), maybe the driver's lazy loading of
 	// the module at a kernel's first launch.
 	warm := atomic.LoadUint32(done) + 1
-	if err := g.launch(f, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, params(nil).ptr(doneDev).u32(int(warm))); err != nil {
+	if err := probeDone(g, f, doneDev, warm); err != nil {
 		b.Fatal(err)
 	}
 	if err := g.sync(); err != nil {
@@ -120,7 +125,7 @@ func BenchmarkFlagReleaseGPU(b *testing.B) {
 				if err := g.waitFlag(flagDev, v); err != nil {
 					b.Fatal(err)
 				}
-				if err := g.launch(f, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, params(nil).ptr(doneDev).u32(int(v))); err != nil {
+				if err := probeDone(g, f, doneDev, v); err != nil {
 					b.Fatal(err)
 				}
 				time.Sleep(100 * time.Microsecond)
@@ -133,7 +138,7 @@ func BenchmarkFlagReleaseGPU(b *testing.B) {
 			} else {
 				// Launched: the same kernel queued on the idle stream.
 				t0 := time.Now()
-				if err := g.launch(f, [3]uint32{1, 1, 1}, [3]uint32{32, 1, 1}, params(nil).ptr(doneDev).u32(int(v))); err != nil {
+				if err := probeDone(g, f, doneDev, v); err != nil {
 					b.Fatal(err)
 				}
 				if !spinWord(done, v, time.Second) {
