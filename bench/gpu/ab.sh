@@ -55,6 +55,11 @@ for d in $DIMS; do
 		rm -rf "$m"
 	done
 done
-# One line a run: its tag, tok/s and launches a token.
-sed 's/{.*"tok_per_sec":\([0-9.]*\).*"launches_per_token":\([0-9.]*\).*/ tps=\1 launches=\2/' "$log/children.txt"
+# One line a run: its tag, tok/s, launches a token and the hash of the
+# tokens it drew (runs of one model whose logits keep their bits draw the
+# same tokens: a differing hash is a switch that changed them).
+field() { echo "$2" | sed -n "s/.*\"$1\":\"*\([0-9a-f.]*\).*/\1/p"; }
+while read -r tag json; do
+	echo "$tag tps=$(field tok_per_sec "$json") launches=$(field launches_per_token "$json") tokens=$(field tokens_hash "$json")"
+done <"$log/children.txt"
 exit $status

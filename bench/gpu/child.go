@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -39,6 +41,11 @@ type stepResult struct {
 	Tokens    int     `json:"tokens,omitempty"`
 	Seconds   float64 `json:"seconds,omitempty"`
 	TokPerSec float64 `json:"tok_per_sec,omitempty"`
+	// TokensHash: FNV-1a (64 bits, hex) of a decode's sampled token ids,
+	// seeded as every run is: two builds or switches whose logits keep the
+	// same bits draw the same tokens, so an A/B shows a switch that
+	// changed them (bench/gpu/ab.sh prints it beside tok/s).
+	TokensHash string `json:"tokens_hash,omitempty"`
 	// Host expert cache during the measurement: bytes read from disk per
 	// token, requests per token (zero when a device cache serves every
 	// expert), hit rate.
@@ -235,6 +242,7 @@ func measure(step, model string, be runtime.Backend, c config, mode expertcache.
 	}
 	st := out.DecodeCache
 	res.Tokens, res.Seconds, res.TokPerSec = out.DecodeTokens, out.Decode.Seconds(), out.DecodeTokPerSec()
+	res.TokensHash = tokensHash(out.Tokens)
 	res.BytesPerToken, res.HitRate = out.BytesReadPerToken(), st.HitRate()
 	if out.DecodeTokens > 0 {
 		res.RequestsPerToken = float64(st.Requests) / float64(out.DecodeTokens)
@@ -286,4 +294,15 @@ func cpuProfile(step string) (func(), error) {
 type kernelProfiler interface {
 	ResetProfile()
 	Profile() string
+}
+
+// tokensHash is TokensHash's FNV-1a of ids, each as 4 little-endian bytes.
+func tokensHash(ids []int) string {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, id := range ids {
+		binary.LittleEndian.PutUint32(b[:], uint32(id))
+		h.Write(b[:])
+	}
+	return fmt.Sprintf("%016x", h.Sum64())
 }
