@@ -104,7 +104,9 @@ func absMag(m mlxq.Matrix, x []float32) []float64 {
 // QP_XS_COLS get). A case's split forces gateup's (its sums over 2, 4 or 8
 // simdgroups of a row quad: gemvSplit picks more than 1 only for rows of
 // 64 chunks or more); down products of at most 16 chunks a row run on half
-// simdgroups (moeDownHalf), the 20-chunk case on whole ones.
+// simdgroups (moeDownHalf), the 20-chunk case on whole ones. A run whose
+// kernel prefetches a line outside the emulator's memory, or not at a
+// line's start, fails (moe.cpp).
 func TestMoEKernelsEmulated(t *testing.T) {
 	bins := map[string]string{"staged": buildMoEEmu(t), "in place": buildMoEEmu(t, "-DQP_GEMV_STAGE=0")}
 	for _, build := range []string{"staged", "in place"} {
@@ -202,7 +204,7 @@ func testMoEKernelsEmulated(t *testing.T, build, bin string) {
 				halves[moeDownHalf(dn.m)] = true
 			}
 			// The same two launches with ranges to prefetch
-			// (MoEParams.next; the emulator's prefetch does nothing):
+			// (MoEParams.next, offsets the emulator does not check):
 			// the loops over them end and change no bit.
 			hb := append([]float32(nil), img.floats(h, T*k*c.I)...)
 			ob := append([]float32(nil), img.floats(out, T*c.H)...)

@@ -22,6 +22,20 @@
 #include <string>
 #include <vector>
 
+// A prefetch of a line outside the image fails the run (unless the test
+// set next: its ranges are offsets, not addresses, there to end the loops
+// over them): a kernel's prefetches must fall on its operands.
+static uintptr_t emu_lo, emu_hi;
+static ulong emu_outside;
+
+static void emu_prefetch(const void* a) {
+    uintptr_t p = uintptr_t(a);
+    // Every prefetch of these kernels is a line's start.
+    if (p % 128 != 0 || p + 128 <= emu_lo || p >= emu_hi) {
+        __atomic_fetch_add(&emu_outside, 1ul, __ATOMIC_RELAXED);
+    }
+}
+
 int main(int argc, char** argv) {
     if (argc != 6) {
         fprintf(stderr, "usage: moe KERNEL GX GY IMAGE OUT\n");
@@ -47,9 +61,14 @@ int main(int argc, char** argv) {
     if (fread(raw, 8, 15, f) != 15 || fread(&n, 8, 1, f) != 1) {
         return 2;
     }
-    // 16-byte aligned memory with 64 spare bytes (never read).
-    std::vector<qp_uint4> store((n + 64 + 15) / 16);
-    uchar* mem = (uchar*)store.data();
+    // 128-byte aligned memory (the image's lines are the device's) with 64
+    // spare bytes (never read).
+    ulong size = (n + 64 + 127) / 128 * 128;
+    uchar* mem = (uchar*)aligned_alloc(128, size);
+    if (!mem) {
+        return 2;
+    }
+    memset(mem, 0, size);
     if (n && fread(mem, 1, n, f) != n) {
         fprintf(stderr, "short image\n");
         return 2;
@@ -82,7 +101,14 @@ int main(int argc, char** argv) {
             tables[t][i] = ulong(uintptr_t(mem + tables[t][i]));
         }
     }
+    emu_lo = uintptr_t(mem);
+    emu_hi = uintptr_t(mem) + n;
+    qp_emu_prefetch_hook = emu_prefetch;
     qp_emu_run(kern, p, gx, gy);
+    if (emu_outside > 0 && p.next == nullptr) {
+        fprintf(stderr, "%lu prefetches outside the memory\n", emu_outside);
+        return 3;
+    }
     for (int t = 0; t < 2; t++) {
         for (ulong i = 0; i < entries[t]; i++) {
             tables[t][i] -= ulong(uintptr_t(mem));

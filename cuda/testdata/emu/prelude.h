@@ -37,7 +37,14 @@ void qp_emu_warp_barrier(uint warp);
     static void name##_body(const P& p)
 // One group runs at a time here: no launch overlaps another, nothing to wait for.
 static inline void qp_grid_begin() {}
-static inline void qp_prefetch_l2(const void*) {}
+// A prefetch changes nothing; a program may watch them (moe.cpp checks
+// where they fall) through this hook, 0 for none.
+static void (*qp_emu_prefetch_hook)(const void*) = 0;
+static inline void qp_prefetch_l2(const void* p) {
+    if (qp_emu_prefetch_hook) {
+        qp_emu_prefetch_hook(p);
+    }
+}
 #define QP_DEVICE static inline
 #define QP_GLOBAL
 #define QP_SHARED static
