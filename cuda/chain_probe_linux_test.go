@@ -110,6 +110,20 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 				b.ReportMetric(hbm/us, "x")
 			}
 		}
+		// The chain with every small op fused away (their bytes read by
+		// nobody): the ceiling of a layer of six launches.
+		big := func(i int) bool { return chainPhases[i].bytes >= 512<<10 }
+		bigBytes := 0
+		for i, ph := range chainPhases {
+			if big(i) {
+				bigBytes += layers * ph.bytes
+			}
+		}
+		for _, pf := range []bool{false, true} {
+			us := run(pf, big)
+			hb := float64(bigBytes) / bw * 1e6
+			b.Logf("the ops of 512 KiB or more alone, prefetch %-5v: %8.2f us a step (%.2f us a layer), HBM time %.2f us: %.2fx", pf, us, us/layers, hb, hb/us)
+		}
 		for i, ph := range chainPhases {
 			us := run(false, func(j int) bool { return j == i })
 			b.Logf("  %-24s %10d B: %6.2f us an op (HBM %5.2f us: %.2fx)", ph.name, ph.bytes, us/layers,

@@ -3,9 +3,10 @@
 # at its ceiling (BenchmarkLayerChainGPU, cuda/chain_probe_linux_test.go:
 # 8 layers of a Qwen3.6-35B DeltaNet layer's ops as plain reads of their
 # bytes, one kernel each in a graph with dependent launches, with and
-# without each kernel prefetching its bytes before its wait), then the
-# flag-release probe rerun with its kernel warmed first (twenty-ninth
-# session's fix, not yet run).
+# without each kernel prefetching its bytes before its wait; and the ops of
+# 512 KiB or more alone, the small ones fused away), then the flag-release
+# probe (its kernel now takes one parameter struct, as launch passes it: the
+# first run of this script found its word never written).
 #   carry .devcarry-cuda (CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go test -c
 #   -o .devcarry-cuda/cuda.test ./cuda/, gzipped)
 set -u
