@@ -18,9 +18,10 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	const layers = 8
+	slice := func(bytes int) int { return (bytes + 255) / 256 * 256 } // an op's bytes, 256-byte aligned
 	layer := 0
 	for _, ph := range chainPhases {
-		layer += (ph.bytes + 255) / 256 * 256
+		layer += slice(ph.bytes)
 	}
 	total := layers * layer
 	src, err := g.memAlloc(total)
@@ -36,26 +37,7 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.memFree(sink)
-	// The copy bandwidth (read + written), as MeasureCopyBandwidth.
-	const cp = 1 << 30
-	dst, err := g.memAlloc(cp)
-	if err != nil {
-		b.Fatal(err)
-	}
-	n := min(cp, total)
-	ms, err := g.timed(func() error {
-		for range 8 {
-			if err := g.dtod(dst, src, n); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	g.memFree(dst)
-	if err != nil || !(ms > 0) {
-		b.Fatalf("copy bandwidth: %v (%g ms)", err, ms)
-	}
-	bw := 2 * float64(n) * 8 / (float64(ms) / 1e3)
+	bw := probeCopyBandwidth(b, g, src, total)
 	b.Logf("device %s: copy bandwidth %.0f GB/s; %d layers of %d ops, %.1f MB a layer", g.name(), bw/1e9, layers, len(chainPhases), float64(layer)/1e6)
 	// run times one graph of the ops in keep (every op when keep is nil)
 	// over the layers: the best of 5 runs after one to warm up, in µs.
@@ -74,7 +56,7 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				off += uint64((ph.bytes + 255) / 256 * 256)
+				off += uint64(slice(ph.bytes))
 			}
 		}
 		gr, err := g.endCapture()
@@ -87,19 +69,18 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer g.destroyExec(exec)
-		best := float32(0)
-		for i := range 6 {
-			v, err := g.timed(func() error { return g.graphLaunch(exec) })
-			if err != nil {
-				b.Fatal(err)
-			}
-			if i > 0 && (best == 0 || v < best) {
-				best = v
-			}
-		}
-		return float64(best) * 1000
+		return bestRun(b, func() (float32, error) { return g.timed(func() error { return g.graphLaunch(exec) }) }) * 1000
 	}
 	hbm := float64(total) / bw * 1e6
+	// The chain with every small op fused away (their bytes read by
+	// nobody): the ceiling of a layer of six launches.
+	big := func(i int) bool { return chainPhases[i].bytes >= 512<<10 }
+	bigBytes := 0
+	for i, ph := range chainPhases {
+		if big(i) {
+			bigBytes += layers * ph.bytes
+		}
+	}
 	for range b.N {
 		for _, pf := range []bool{false, true} {
 			us := run(pf, nil)
@@ -108,15 +89,6 @@ func BenchmarkLayerChainGPU(b *testing.B) {
 				b.ReportMetric(hbm/us, "pf_x")
 			} else {
 				b.ReportMetric(hbm/us, "x")
-			}
-		}
-		// The chain with every small op fused away (their bytes read by
-		// nobody): the ceiling of a layer of six launches.
-		big := func(i int) bool { return chainPhases[i].bytes >= 512<<10 }
-		bigBytes := 0
-		for i, ph := range chainPhases {
-			if big(i) {
-				bigBytes += layers * ph.bytes
 			}
 		}
 		for _, pf := range []bool{false, true} {

@@ -44,43 +44,10 @@ func BenchmarkPersistentPhasesGPU(b *testing.B) {
 	if err := g.memset(src, phases*maxPhase); err != nil {
 		b.Fatal(err)
 	}
-	// The copy bandwidth (read + written), as MeasureCopyBandwidth.
-	const cp = 1 << 30
-	dst, err := g.memAlloc(cp)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for range 2 {
-		if err := g.dtod(dst, src, min(cp, phases*maxPhase)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ms, err := g.timed(func() error {
-		for range 8 {
-			if err := g.dtod(dst, src, min(cp, phases*maxPhase)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	g.memFree(dst)
-	if err != nil || !(ms > 0) {
-		b.Fatalf("copy bandwidth: %v (%g ms)", err, ms)
-	}
-	bw := 2 * float64(min(cp, phases*maxPhase)) * 8 / (float64(ms) / 1e3)
+	bw := probeCopyBandwidth(b, g, src, phases*maxPhase)
 	b.Logf("device %s: copy bandwidth %.0f GB/s; %d phases a run, the best of 5 runs", g.name(), bw/1e9, phases)
 	best := func(run func() (float32, error)) float64 {
-		m := float32(0)
-		for i := range 6 {
-			v, err := run()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if i > 0 && (m == 0 || v < m) { // the first run warms up
-				m = v
-			}
-		}
-		return float64(m) * 1000 / phases // µs a phase
+		return bestRun(b, run) * 1000 / phases // µs a phase
 	}
 	kernels := func(n4, grid int) (float32, error) {
 		return g.timed(func() error {
@@ -173,6 +140,53 @@ func BenchmarkPersistentPhasesGPU(b *testing.B) {
 			}
 		}
 	}
+}
+
+// probeCopyBandwidth measures the device's copy bandwidth in bytes a
+// second, read and written counted alike (as MeasureCopyBandwidth): 8
+// copies of the first min(n, 1 GiB) bytes at src, after 2 to warm up.
+func probeCopyBandwidth(b *testing.B, g *gpu, src devptr, n int) float64 {
+	b.Helper()
+	n = min(n, 1<<30)
+	dst, err := g.memAlloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.memFree(dst)
+	for range 2 {
+		if err := g.dtod(dst, src, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ms, err := g.timed(func() error {
+		for range 8 {
+			if err := g.dtod(dst, src, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil || !(ms > 0) {
+		b.Fatalf("copy bandwidth: %v (%g ms)", err, ms)
+	}
+	return 2 * float64(n) * 8 / (float64(ms) / 1e3)
+}
+
+// bestRun is the fastest of 5 runs of run (its milliseconds) after one
+// that warms up.
+func bestRun(b *testing.B, run func() (float32, error)) float64 {
+	b.Helper()
+	m := float32(0)
+	for i := range 6 {
+		v, err := run()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i > 0 && (m == 0 || v < m) {
+			m = v
+		}
+	}
+	return float64(m)
 }
 
 // probeDevice opens the first device for a probe benchmark alone (skipping
